@@ -30,7 +30,7 @@ MIRRORS = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Dataset:
     x_train: np.ndarray  # [N, D] float32 in [0, 1]
     y_train: np.ndarray  # [N] int32

@@ -1,0 +1,40 @@
+# Quick start: `make demo` (the Gradio app) and `make test` (the whole suite). Both create .venv first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SHARED_MNIST := $(abspath ../shared/data/mnist)
+export TPO_DATA_DIR ?= $(if $(wildcard $(SHARED_MNIST)),$(SHARED_MNIST),)
+export GRADIO_ANALYTICS_ENABLED := False
+export PYTHONPATH := $(CURDIR)
+
+.PHONY: venv demo train test test-fast book bench clean
+
+$(BIN)/python: requirements.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $(BIN)/python
+
+venv: $(BIN)/python
+
+demo: venv  ## the Gradio app on http://127.0.0.1:7860
+	$(BIN)/python -m demos.app
+
+train: venv  ## a short live training run from the CLI
+	$(BIN)/python -m tpo_core train --task reversal --reward terminal --method tpo --H 6 --episodes 200 --seeds 2
+
+test: venv  ## the whole test suite
+	$(BIN)/python -m pytest -q -x --timeout 900 tests
+
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not slow and not browser" tests
+
+book: venv  ## build the Jupyter Book (quick mode on CPU)
+	TPO_QUICK=$${TPO_QUICK:-1} $(BIN)/python -m book.build
+
+bench: venv
+	$(BIN)/python benchmarks/bench_train.py
+
+clean:
+	rm -rf _build .pytest_cache

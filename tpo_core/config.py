@@ -1,0 +1,130 @@
+"""Run configurations, validated eagerly with errors that name the parameter."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+from . import methods, tasks
+
+MAX_K = 1024
+
+
+def _require(ok: bool, name: str, rule: str, value) -> None:
+    if not ok:
+        raise ValueError(f"{name} {rule}, got {value!r}")
+
+
+def _int(name, value, lo, hi=None):
+    _require(isinstance(value, int) and not isinstance(value, bool), name, "must be an integer", value)
+    _require(value >= lo, name, f"must be >= {lo}", value)
+    if hi is not None:
+        _require(value <= hi, name, f"must be <= {hi}", value)
+
+
+def _pos(name, value):
+    _require(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
+             name, "must be a finite number > 0", value)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenConfig:
+    """Token-reversal family (PAPER.md §4). Defaults: the Table-3 prompt-matched H=10 run."""
+
+    method: str = "tpo"
+    target: str = "reverse_copy"
+    reward: str = "terminal"
+    H: int = 10                   # prompt = answer length
+    V: int = 2                    # vocabulary
+    B: int = 100                  # prompts per episode
+    K: int = 8                    # completions per prompt (group) or candidates per state (token)
+    episodes: int = 2000
+    epochs: Optional[int] = None  # None: the method's default (4, or 1 for DG/RLOO)
+    lr: float = 1e-3
+    eta: float = 1.0
+    beta: float = 0.04            # GRPO's KL coefficient
+    clip_eps: float = 0.2
+    std_floor: float = 1e-6       # σ threshold of the standardisation (1e-6 = paper)
+    optimizer: str = "muon"       # "muon" (Muon on 2-D params + AdamW) or "adam"
+    d_model: int = 64
+    heads: int = 2
+    layers: int = 2
+    ffn: int = 256
+    track: int = 2                # groups whose p and q are recorded each episode
+
+    def __post_init__(self):
+        m = methods.get(self.method)
+        _require(m.loss is not None, "method", "has no token-task loss (bandit only)", self.method)
+        tasks.check_task(self.target, self.reward)
+        if m.dense_only:
+            _require(self.reward in tasks.DENSE_REWARDS, "reward",
+                     f"must be dense {tasks.DENSE_REWARDS} for {self.method}", self.reward)
+        _int("H", self.H, 2, 64)
+        _int("V", self.V, 2, 4096)
+        _int("B", self.B, 1)
+        _int("K", self.K, 2, MAX_K)
+        _int("episodes", self.episodes, 1)
+        if self.epochs is not None:
+            _int("epochs", self.epochs, 1, 64)
+        for name in ("lr", "eta", "clip_eps", "std_floor"):
+            _pos(name, getattr(self, name))
+        _require(isinstance(self.beta, (int, float)) and self.beta >= 0, "beta", "must be >= 0", self.beta)
+        _require(self.optimizer in ("muon", "adam"), "optimizer", "must be 'muon' or 'adam'", self.optimizer)
+        _int("track", self.track, 0)
+        _require(self.d_model % max(self.heads, 1) == 0, "heads", f"must divide d_model={self.d_model}", self.heads)
+
+    @property
+    def spec(self) -> methods.Method:
+        return methods.get(self.method)
+
+    @property
+    def n_epochs(self) -> int:
+        return self.epochs if self.epochs is not None else self.spec.epochs
+
+    @property
+    def samples_per_prompt(self) -> int:
+        return self.K if self.spec.sampling == "group" else 1
+
+    @property
+    def hp(self) -> dict:
+        return dict(eta=self.eta, beta=self.beta, clip_eps=self.clip_eps, std_floor=self.std_floor)
+
+    def replace(self, **changes) -> "TokenConfig":
+        return dataclasses.replace(self, **changes)
+
+    def interaction_matched(self) -> "TokenConfig":
+        """Single-sample methods see as many samples as a group method: B·K prompts, lr·sqrt(K)."""
+        if self.spec.sampling != "single":
+            return self
+        return self.replace(B=self.B * self.K, lr=self.lr * math.sqrt(self.K))
+
+
+@dataclasses.dataclass(frozen=True)
+class BanditConfig:
+    """MNIST contextual bandit (PAPER.md §4): Adam 1e-3, 100 images a step, 10,000 steps."""
+
+    method: str = "tpo"
+    steps: int = 10_000
+    batch: int = 100
+    lr: float = 1e-3
+    eta: float = 1.0
+    eval_every: int = 200
+    hidden: tuple = (50, 50)
+
+    def __post_init__(self):
+        m = methods.get(self.method)
+        _require(m.bandit is not None, "method", "has no bandit loss", self.method)
+        _int("steps", self.steps, 1)
+        _int("batch", self.batch, 1)
+        _int("eval_every", self.eval_every, 1)
+        _require(self.steps % self.eval_every == 0, "steps", f"must be a multiple of eval_every={self.eval_every}",
+                 self.steps)
+        _pos("lr", self.lr)
+        _pos("eta", self.eta)
+
+    @property
+    def hp(self) -> dict:
+        return dict(eta=self.eta)
+
+    def replace(self, **changes) -> "BanditConfig":
+        return dataclasses.replace(self, **changes)
