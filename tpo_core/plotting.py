@@ -1,0 +1,125 @@
+"""Plotly figures shared by the book and the demo, with one colour per symbol everywhere.
+
+``setup()`` picks a renderer that works where the code runs:
+
+* Jupyter Book build (``TPO_BOOK_BUILD=1``, set by ``book/build.py``): figures are emitted as
+  ``text/html`` without plotly.js (the page loads plotly.js once from the book's static folder),
+  because myst-nb cannot display plotly ≥ 6's JSON mimetype;
+* Colab: plotly's own ``colab`` renderer;
+* anywhere else: plotly's default.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+COLORS = {  # same symbol, same colour, in equations, the book and the demo
+    "p_old": "#7f7f7f",   # behaviour distribution
+    "p": "#1f77b4",       # current policy over the group
+    "q": "#ff7f0e",       # TPO target
+    "u": "#2ca02c",       # standardised scores
+    "grad": "#d62728",    # p - q
+    "tpo": "#ff7f0e",
+    "tpo_token": "#ff7f0e",
+    "grpo": "#1f77b4",
+    "grpo_token": "#1f77b4",
+    "grpo_no_kl": "#17becf",
+    "grpo_masked": "#9edae5",
+    "grpo_trl": "#aec7e8",
+    "dapo": "#393b79",
+    "ppo": "#9467bd",
+    "pg": "#8c564b",
+    "dg": "#e377c2",
+    "rloo": "#bcbd22",
+    "rebel": "#7f7f7f",
+    "vmpo": "#2ca02c",
+    "group_pg": "#c49c94",
+    "tpo_no_anchor": "#ffbb78",
+    "ce": "#000000",
+}
+
+_BOOK_RENDERER = "tpo_book_html"
+
+
+def _register_book_renderer() -> None:
+    import plotly.io as pio
+    from plotly.io.base_renderers import ExternalRenderer
+
+    class _BookHTML(ExternalRenderer):
+        """Return text/html (plotly.js loaded by the page) instead of plotly's JSON mimetype."""
+
+        def to_mimebundle(self, fig_dict):
+            html = pio.to_html(fig_dict, include_plotlyjs=False, include_mathjax=False, full_html=False,
+                               config={"responsive": True, "displaylogo": False})
+            return {"text/html": html}
+
+    pio.renderers[_BOOK_RENDERER] = _BookHTML()
+
+
+def setup(template: str = "plotly_white") -> str:
+    """Configure plotly for the book build, Colab or a plain kernel; returns the renderer name."""
+    import plotly.io as pio
+
+    pio.templates.default = template
+    if os.environ.get("TPO_BOOK_BUILD") == "1":
+        _register_book_renderer()
+        pio.renderers.default = _BOOK_RENDERER
+    elif "google.colab" in sys.modules:
+        pio.renderers.default = "colab"
+    return pio.renderers.default
+
+
+def color(name: str) -> str:
+    return COLORS.get(name, "#444444")
+
+
+def mean_and_se(curves):
+    """Seed mean and standard error of curves [S, T]."""
+    curves = np.asarray(curves, float)
+    mean = curves.mean(0)
+    se = curves.std(0, ddof=1) / np.sqrt(curves.shape[0]) if curves.shape[0] > 1 else np.zeros_like(mean)
+    return mean, se
+
+
+def curves_figure(runs: dict, *, title: str = "", y_title: str = "error", x=None, x_title: str = "episode",
+                  percent: bool = True, log_y: bool = False):
+    """One line per method (seed mean) with a ±1 SE band. runs: {method name: curves [S, T]}."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    scale = 100.0 if percent else 1.0
+    for name, curves in runs.items():
+        mean, se = mean_and_se(curves)
+        xs = np.arange(mean.shape[0]) if x is None else np.asarray(x)
+        c = color(name)
+        fig.add_trace(go.Scatter(x=np.concatenate([xs, xs[::-1]]),
+                                 y=scale * np.concatenate([mean + se, (mean - se)[::-1]]),
+                                 fill="toself", fillcolor=c, opacity=0.15, line=dict(width=0),
+                                 hoverinfo="skip", showlegend=False, legendgroup=name))
+        fig.add_trace(go.Scatter(x=xs, y=scale * mean, name=name, line=dict(color=c, width=2), legendgroup=name))
+    fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title + (" (%)" if percent else ""),
+                      height=380, margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.2))
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig
+
+
+def group_bars(p_old, u, q, p=None, *, title: str = ""):
+    """Bars of p_old, u, q (and p, and the gradient p - q) for one group of K candidates."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    k = len(q)
+    names = [f"y{i + 1}" for i in range(k)]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("distributions over the group", "scores u and gradient"))
+    fig.add_trace(go.Bar(x=names, y=p_old, name="p_old", marker_color=color("p_old")), 1, 1)
+    if p is not None:
+        fig.add_trace(go.Bar(x=names, y=p, name="p", marker_color=color("p")), 1, 1)
+    fig.add_trace(go.Bar(x=names, y=q, name="q", marker_color=color("q")), 1, 1)
+    fig.add_trace(go.Bar(x=names, y=u, name="u", marker_color=color("u")), 1, 2)
+    cur = p_old if p is None else p
+    fig.add_trace(go.Bar(x=names, y=np.asarray(cur) - np.asarray(q), name="p − q", marker_color=color("grad")), 1, 2)
+    fig.update_layout(title=title, barmode="group", height=360, margin=dict(l=40, r=20, t=60, b=40))
+    return fig
