@@ -1,0 +1,65 @@
+"""Helpers for the book's notebooks (also used in Colab, where only the installed package exists).
+
+``QUICK`` budgets: ``TPO_QUICK=1`` forces the quick (CPU-sized) budget, ``TPO_QUICK=0`` the full
+chapter budget; unset, the quick budget is used unless a GPU is visible.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+import jax
+
+from . import plotting
+from .train import enable_compile_cache
+
+
+def quick_mode() -> bool:
+    flag = os.environ.get("TPO_QUICK")
+    if flag is not None:
+        return flag not in ("0", "false", "False", "")
+    return jax.default_backend() == "cpu"
+
+
+def setup(verbose: bool = True) -> bool:
+    """First cell of every chapter: plotly renderer, compile cache, devices. Returns QUICK."""
+    plotting.setup()
+    enable_compile_cache()
+    quick = quick_mode()
+    if verbose:
+        print(f"JAX {jax.__version__} on {jax.default_backend().upper()}: {jax.devices()}")
+        print("budget:", "quick (CPU-sized; set TPO_QUICK=0 for the full chapter)" if quick else "full")
+    return quick
+
+
+def budget(quick, full):
+    """Pick the quick or the full value of a budget."""
+    return quick if quick_mode() else full
+
+
+@contextlib.contextmanager
+def stopwatch(label: str):
+    """Time a block (call jax.block_until_ready inside on what you produce)."""
+    t0 = time.perf_counter()
+    yield
+    print(f"{label}: {time.perf_counter() - t0:.1f} s")
+
+
+def timed_run(program, seeds, n):
+    """Run a :class:`tpo_core.train.Program` and report compile time apart from run time.
+
+    Compiles (``lower().compile()``) first, then runs; returns metrics as numpy [S, n, ...].
+    """
+    import numpy as np
+
+    carry = jax.block_until_ready(program.init(list(seeds)))
+    t0 = time.perf_counter()
+    compiled = program.chunk.lower(carry, 0, n, *program.data).compile()
+    t1 = time.perf_counter()
+    carry, metrics = compiled(carry, 0, *program.data)
+    metrics = jax.block_until_ready(metrics)
+    t2 = time.perf_counter()
+    print(f"compile {t1 - t0:.1f} s, run {t2 - t1:.1f} s ({len(list(seeds))} seeds x {n} {program.unit}s)")
+    program.final_carry = carry
+    return jax.tree.map(np.asarray, metrics)
