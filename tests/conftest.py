@@ -1,0 +1,53 @@
+"""Shared fixtures: data location, Chromium for browser tests, a free loopback port."""
+import os
+import pathlib
+import shutil
+import socket
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
+if "TPO_DATA_DIR" not in os.environ and SHARED_MNIST.is_dir():
+    os.environ["TPO_DATA_DIR"] = str(SHARED_MNIST)
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="session")
+def chromium_path():
+    """Path of the system Chromium. Missing: a failure under CI=true, a skip on a developer machine."""
+    path = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("Chromium not found at /usr/bin/chromium (CI installs it with apt-get install chromium)")
+        pytest.skip("Chromium not installed (apt-get install -y chromium)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path):
+    """A headless Playwright Chromium (the system one; never `playwright install`)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir():
+    """Where browser tests save screenshots (ignored by git)."""
+    d = ROOT / "artifacts"
+    d.mkdir(exist_ok=True)
+    return d
