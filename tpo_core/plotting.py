@@ -45,9 +45,9 @@ _BOOK_RENDERER = "tpo_book_html"
 
 def _register_book_renderer() -> None:
     import plotly.io as pio
-    from plotly.io.base_renderers import ExternalRenderer
+    from plotly.io.base_renderers import MimetypeRenderer
 
-    class _BookHTML(ExternalRenderer):
+    class _BookHTML(MimetypeRenderer):
         """Return text/html (plotly.js loaded by the page) instead of plotly's JSON mimetype."""
 
         def to_mimebundle(self, fig_dict):
