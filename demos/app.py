@@ -1,0 +1,306 @@
+"""TPO, interactively — the Gradio demo.
+
+    python -m demos.app [--host 127.0.0.1] [--port 7860] [--share] [--no-warm]
+
+Three tabs: the **target explorer** (one group: p_old → q, the gradient p − q, the KL objective q
+maximises, GRPO's advantages beside it; numpy, a few ms per move), **live training** (TPO against
+GRPO, or any method of :data:`tpo_core.methods.REGISTRY`, streamed chunk by chunk with a Stop button)
+and **paper results** (the reproduced tables beside the paper's). Environment: ``TPO_DEMO_HOST``,
+``TPO_DEMO_PORT``, ``TPO_DEMO_WARM=0`` (skip the startup warm-up). Nothing launches at import;
+:func:`build_app` returns the ``gr.Blocks``.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is imported
+
+import argparse  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import gradio as gr  # noqa: E402
+
+from tpo_core import methods as M  # noqa: E402
+
+from . import explorer as X  # noqa: E402
+from . import paper  # noqa: E402
+from . import training as T  # noqa: E402
+from .explorer import InputError  # noqa: E402
+
+EXPLORER_CONCURRENCY = 8
+TRAINING_CONCURRENCY = 2
+QUEUE_MAX_SIZE = 64
+
+EXPLORER_DEFAULTS = dict(K=8, eta=1.0, scores_preset="one success", logp_preset="uniform", seed=0)
+
+
+# --------------------------------------------------------------------------------------------
+# explorer callbacks (plain functions: the tests call them directly)
+# --------------------------------------------------------------------------------------------
+def explore_values(K, eta, scores_preset, scores_text, logp_preset, logp_text, seed=0):
+    """Validated inputs -> (scores text, log-prob text, analysis dict); raises InputError."""
+    K = X.check_k(K)
+    X.check_eta(eta)
+    if scores_preset == "custom":
+        scores = X.parse_numbers(scores_text, "scores", K)
+    else:
+        scores = X.preset_scores(scores_preset, K)
+    if logp_preset == "custom":
+        logp = X.parse_numbers(logp_text, "log-probs", K)
+    else:
+        logp = X.preset_logp(logp_preset, K, seed)
+    a = X.analyse(K, eta, scores, logp, seed=int(seed) if str(seed).lstrip("-").isdigit() else 0)
+    return X.format_numbers(scores), X.format_numbers(logp), a
+
+
+def explore(K, eta, scores_preset, scores_text, logp_preset, logp_text, seed=0):
+    """UI callback: (scores text, log-prob text, message, summary, bars figure, contrast figure).
+
+    On a bad input only the message changes (the last good figures stay on screen)."""
+    try:
+        s_txt, l_txt, a = explore_values(K, eta, scores_preset, scores_text, logp_preset, logp_text, seed)
+    except InputError as e:
+        return gr.skip(), gr.skip(), f"⚠️ **{e}**", gr.skip(), gr.skip(), gr.skip()
+    return s_txt, l_txt, "", X.summary_markdown(a), X.bars_figure(a), X.contrast_figure(a)
+
+
+def explore_typed_scores(K, eta, scores_text, logp_preset, logp_text, seed=0):
+    """The user typed scores: switch the preset to 'custom' and recompute."""
+    return (*explore(K, eta, "custom", scores_text, logp_preset, logp_text, seed), "custom")
+
+
+def explore_typed_logp(K, eta, scores_preset, scores_text, logp_text, seed=0):
+    return (*explore(K, eta, scores_preset, scores_text, "custom", logp_text, seed), "custom")
+
+
+# --------------------------------------------------------------------------------------------
+# training callbacks
+# --------------------------------------------------------------------------------------------
+def _backend() -> str:
+    import jax
+
+    return jax.default_backend()
+
+
+def method_choices(task: str) -> list:
+    names = M.TOKEN_METHODS if task == "token reversal" else M.BANDIT_METHODS
+    return [(f"{M.REGISTRY[n].title} ({n})", n) for n in names]
+
+
+def on_task_change(task):
+    token = task == "token reversal"
+    keep = [m for m in T.DEFAULTS["methods"] if m in (M.TOKEN_METHODS if token else M.BANDIT_METHODS)]
+    return (gr.update(choices=method_choices(task), value=keep), *(gr.update(visible=token) for _ in range(5)),
+            gr.update(visible=not token))
+
+
+def train(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_steps):
+    """Generator callback: validated request -> streamed (status, 4 figures, history state, episode slider)."""
+    try:
+        req = T.validate(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_steps)
+    except InputError as e:
+        raise gr.Error(str(e), duration=None) from None
+    backend = _backend()
+    for hist in T.stream(req):
+        n_tracked = max(hist["done"] - 1, 0)
+        yield (*T.figures(hist, backend), hist,
+               gr.update(maximum=max(n_tracked, 1), value=n_tracked, interactive=hist["done"] > 1))
+
+
+def show_episode(hist, episode):
+    if not hist:
+        return gr.skip()
+    return T.pq_figure(hist, int(episode))
+
+
+# --------------------------------------------------------------------------------------------
+# paper tab
+# --------------------------------------------------------------------------------------------
+def paper_view():
+    """(markdown note, html of the reproduced results, list of figure files)."""
+    body, kind, note = paper.load_report()
+    if body is None:
+        head = (f"ℹ️ {note} Run the reproduction presets (see the README) to fill `results/`; "
+                "until then only the **paper's** numbers are shown below.\n\n")
+        return head + paper.PAPER_TABLES, "", []
+    html = body if kind == "html" else ""
+    md = "### Reproduced here (from `results/`)\n\n" + (body if kind == "markdown" else "") + "\n\n" + paper.PAPER_TABLES
+    return md, html, [str(p) for p in paper.figure_files()]
+
+
+# --------------------------------------------------------------------------------------------
+# the app
+# --------------------------------------------------------------------------------------------
+INTRO = """\
+# Target Policy Optimization, interactively
+TPO turns a group of K scored samples into a **target distribution** q ∝ p_old·exp(u/η) and fits the policy to it
+with cross-entropy, so the gradient p − q **vanishes once the policy reaches the target** — GRPO's advantage-weighted
+gradient never does. Move η and K in the explorer; race TPO against GRPO in live training.
+"""
+
+
+def build_app() -> gr.Blocks:
+    """The whole demo as a ``gr.Blocks`` with its queue configured (not launched)."""
+    s0, l0, a0 = explore_values(**{**EXPLORER_DEFAULTS, "scores_text": "", "logp_text": ""})
+    default_task = T.DEFAULTS["task"]
+
+    with gr.Blocks(title="TPO, interactively") as demo:
+        gr.Markdown(INTRO)
+        with gr.Tab("Target explorer", id="explorer"):
+            with gr.Row():
+                with gr.Column(scale=1, min_width=280):
+                    k = gr.Slider(2, X.MAX_K, value=EXPLORER_DEFAULTS["K"], step=1, label="K (group size)",
+                                  elem_id="explorer-k")
+                    eta = gr.Slider(0.05, 5.0, value=EXPLORER_DEFAULTS["eta"], step=0.05,
+                                    label="η (how far q may move from p_old)", elem_id="explorer-eta")
+                    scores_preset = gr.Dropdown(list(X.SCORE_PRESETS), value=EXPLORER_DEFAULTS["scores_preset"],
+                                                label="scores preset", elem_id="explorer-scores-preset")
+                    scores_text = gr.Textbox(s0, label="scores s₁ … s_K (edit freely)", elem_id="explorer-scores")
+                    logp_preset = gr.Dropdown(list(X.LOGP_PRESETS), value=EXPLORER_DEFAULTS["logp_preset"],
+                                              label="behaviour log-probs ℓ_old", elem_id="explorer-logp-preset")
+                    seed = gr.Number(EXPLORER_DEFAULTS["seed"], precision=0, label="seed (random log-probs)",
+                                     minimum=0)
+                    logp_text = gr.Textbox(l0, label="log-probs ℓ_old,1 … ℓ_old,K (edit freely)",
+                                           elem_id="explorer-logp")
+                    message = gr.Markdown("", elem_id="explorer-message")
+                with gr.Column(scale=3):
+                    bars = gr.Plot(X.bars_figure(a0), label="p_old, q, u and the gradient p − q",
+                                   elem_id="explorer-bars")
+                    with gr.Row():
+                        with gr.Column(scale=3):
+                            contrast = gr.Plot(X.contrast_figure(a0), label="TPO against GRPO on this group",
+                                               elem_id="explorer-contrast")
+                        with gr.Column(scale=2):
+                            summary = gr.Markdown(X.summary_markdown(a0), elem_id="explorer-summary")
+            outputs = [scores_text, logp_text, message, summary, bars, contrast]
+            gr.on([k.change, eta.change, scores_preset.input, logp_preset.input, seed.change], explore,
+                  inputs=[k, eta, scores_preset, scores_text, logp_preset, logp_text, seed], outputs=outputs,
+                  api_name="explore", concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
+                  show_progress="hidden", trigger_mode="always_last")
+            scores_text.input(explore_typed_scores, inputs=[k, eta, scores_text, logp_preset, logp_text, seed],
+                              outputs=outputs + [scores_preset], api_visibility="private",
+                              concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
+                              show_progress="hidden", trigger_mode="always_last")
+            logp_text.input(explore_typed_logp, inputs=[k, eta, scores_preset, scores_text, logp_text, seed],
+                            outputs=outputs + [logp_preset], api_visibility="private",
+                            concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
+                            show_progress="hidden", trigger_mode="always_last")
+
+        with gr.Tab("Live training", id="training"):
+            hist_state = gr.State(None)  # this session's last run (for the episode scrubber)
+            with gr.Row():
+                with gr.Column(scale=1, min_width=280):
+                    task = gr.Radio(list(T.TASKS), value=default_task, label="task", elem_id="train-task")
+                    methods = gr.CheckboxGroup(method_choices(default_task), value=T.DEFAULTS["methods"],
+                                               label="methods (≤ 4)", elem_id="train-methods")
+                    reward = gr.Dropdown(list(T.REWARDS), value=T.DEFAULTS["reward"],
+                                         label="reward (reverse copy, V = 2)", elem_id="train-reward")
+                    h = gr.Slider(T.H_MIN, T.H_MAX, value=T.DEFAULTS["H"], step=1, label="H (sequence length)",
+                                  elem_id="train-h")
+                    tk = gr.Slider(2, T.MAX_TRAIN_K, value=T.DEFAULTS["K"], step=1, label="K (group size)",
+                                   elem_id="train-k")
+                    b = gr.Slider(1, T.MAX_B, value=T.DEFAULTS["B"], step=1, label="B (prompts per episode)",
+                                  elem_id="train-b")
+                    episodes = gr.Number(T.DEFAULTS["episodes"], precision=0, minimum=1, maximum=T.MAX_EPISODES,
+                                         label=f"episodes (≤ {T.MAX_EPISODES})", elem_id="train-episodes")
+                    steps = gr.Number(T.DEFAULTS["bandit_steps"], precision=0, label="MNIST steps (≤ 10,000)",
+                                      visible=default_task != "token reversal", elem_id="train-steps")
+                    teta = gr.Slider(0.05, 5.0, value=T.DEFAULTS["eta"], step=0.05, label="η (TPO)",
+                                     elem_id="train-eta")
+                    with gr.Row():
+                        n_seeds = gr.Slider(1, T.MAX_SEEDS, value=T.DEFAULTS["n_seeds"], step=1, label="seeds")
+                        tseed = gr.Number(T.DEFAULTS["seed"], precision=0, minimum=0, label="first seed")
+                    with gr.Row():
+                        start = gr.Button("Train", variant="primary", elem_id="train-start")
+                        stop = gr.Button("Stop", variant="stop", elem_id="train-stop")
+                    gr.Markdown("Single-sample methods (PPO, PG, DG) are interaction-matched: B·K prompts and "
+                                "lr·√K. A new configuration compiles once (≈ 1–10 s on a CPU); the default one "
+                                "is compiled at startup. Two runs train at a time; others wait in the queue.")
+                with gr.Column(scale=3):
+                    status = gr.Markdown("Press **Train**: TPO and GRPO learn terminal-reward token reversal "
+                                         "side by side.", elem_id="train-status")
+                    with gr.Row():
+                        err_plot = gr.Plot(label="error", elem_id="train-error")
+                        grad_plot = gr.Plot(label="gradient norm", elem_id="train-grad")
+                    with gr.Row():
+                        zero_plot = gr.Plot(label="zero-variance groups", elem_id="train-zero")
+                        pq_plot = gr.Plot(label="tracked group", elem_id="train-pq")
+                    episode = gr.Slider(0, 1, value=0, step=1, interactive=False,
+                                        label="episode shown in the tracked-group plot", elem_id="train-episode")
+            task.change(on_task_change, inputs=task, outputs=[methods, reward, h, tk, b, episodes, steps],
+                        api_visibility="private", show_progress="hidden")
+            run = start.click(train, inputs=[task, methods, reward, h, b, tk, teta, episodes, n_seeds, tseed, steps],
+                              outputs=[status, err_plot, grad_plot, zero_plot, pq_plot, hist_state, episode],
+                              api_name="train", concurrency_limit=TRAINING_CONCURRENCY, concurrency_id="training",
+                              show_progress="minimal", show_progress_on=[status])
+            stop.click(None, None, None, cancels=[run], api_visibility="private")
+            episode.release(show_episode, inputs=[hist_state, episode], outputs=pq_plot, api_visibility="private",
+                            show_progress="hidden", concurrency_id="explorer")
+
+        with gr.Tab("Paper results", id="paper"):
+            md0, html0, figs0 = paper_view()
+            paper_md = gr.Markdown(md0, elem_id="paper-md")
+            paper_html = gr.HTML(html0, elem_id="paper-html")
+            gallery = gr.Gallery(figs0, label="reproduced figures", visible=bool(figs0), columns=2)
+            reload_btn = gr.Button("Reload results/")
+            reload_btn.click(lambda: (lambda md, html, figs: (md, html, gr.update(value=figs, visible=bool(figs))))(
+                *paper_view()), None, [paper_md, paper_html, gallery], api_name="paper")
+
+    demo.queue(default_concurrency_limit=EXPLORER_CONCURRENCY, max_size=QUEUE_MAX_SIZE)
+    return demo
+
+
+# --------------------------------------------------------------------------------------------
+# startup warm-up and the command line
+# --------------------------------------------------------------------------------------------
+WARMUP = {"state": "not started", "seconds": None}
+
+
+def start_warmup() -> threading.Thread:
+    """Compile the default configuration's programs in a background thread (cached on disk too)."""
+    def work():
+        WARMUP["state"] = "running"
+        try:
+            req = T.validate(**{k: v for k, v in T.DEFAULTS.items()})
+            WARMUP["seconds"] = T.warm(req)
+            WARMUP["state"] = "done"
+            print(f"[demo] warm-up done: default training config compiled in {WARMUP['seconds']:.1f} s", flush=True)
+        except Exception as e:  # warm-up is an optimisation; the app works without it
+            WARMUP["state"] = f"failed: {e}"
+            print(f"[demo] warm-up failed: {e}", flush=True)
+
+    thread = threading.Thread(target=work, name="tpo-demo-warmup", daemon=True)
+    thread.start()
+    return thread
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m demos.app", description="TPO, interactively (Gradio demo)")
+    ap.add_argument("--host", default=os.environ.get("TPO_DEMO_HOST", "127.0.0.1"),
+                    help="interface to bind (default 127.0.0.1; env TPO_DEMO_HOST)")
+    ap.add_argument("--port", type=int, default=int(os.environ.get("TPO_DEMO_PORT", "7860")),
+                    help="port (default 7860; env TPO_DEMO_PORT)")
+    ap.add_argument("--share", action="store_true", help="also create a public gradio.live link (off by default)")
+    ap.add_argument("--no-warm", action="store_true", default=os.environ.get("TPO_DEMO_WARM") == "0",
+                    help="skip compiling the default training config at startup (env TPO_DEMO_WARM=0)")
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from tpo_core.train import enable_compile_cache
+
+    cache = enable_compile_cache()
+    t0 = time.perf_counter()
+    demo = build_app()
+    print(f"[demo] JAX backend {_backend()}, compile cache {cache}, app built in {time.perf_counter() - t0:.1f} s",
+          flush=True)
+    if not args.no_warm:
+        start_warmup()
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, ssr_mode=False, show_error=True,
+                allowed_paths=[str(paper.results_dir())])
+
+
+if __name__ == "__main__":
+    main()
