@@ -1,0 +1,1 @@
+"""The Jupyter Book of tpo-interactive: build (book.build) and Colab-notebook pairing (book.sync)."""

@@ -1,0 +1,218 @@
+"""The book's sources without building it: config, toc, Colab notebook pairs, install cells."""
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import jupytext
+import pytest
+import yaml
+
+from book import build, sync
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+CHAPTERS = ["01_policy_gradients", "02_deriving_tpo", "03_loss_in_code", "04_mnist_bandit",
+            "05_dense_token_tasks", "06_sparse_reversal", "07_why_it_works", "08_ablations", "09_toys_to_llms"]
+
+MINI_CHAPTER = """---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+    format_version: 0.13
+    jupytext_version: 1.19.6
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+# A chapter
+
+Some text.
+
+```{code-cell} ipython3
+x = 1 + 1
+```
+"""
+
+
+# --------------------------------------------------------------------------------------------
+# configuration and toc
+# --------------------------------------------------------------------------------------------
+def test_toc_lists_every_chapter_in_its_part():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    assert toc["format"] == "jb-book" and toc["root"] == "book/intro"
+    parts = {p["caption"]: [pathlib.PurePath(c["file"]).name for c in p["chapters"]] for p in toc["parts"]}
+    assert parts["Foundations"] == CHAPTERS[:3]
+    assert parts["Experiments"] == CHAPTERS[3:8]
+    assert parts["Practice"] == CHAPTERS[8:]
+    assert [pathlib.PurePath(c["file"]).name for c in toc["parts"][-1]["chapters"]] == ["reproduction", "references"]
+
+
+def test_config_is_offline_and_colab_ready():
+    assert "*.ipynb" in CONFIG["exclude_patterns"]
+    assert CONFIG["repository"]["branch"] == "main"
+    assert CONFIG["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
+    assert CONFIG["execute"]["execute_notebooks"] in ("force", "cache")
+    assert CONFIG["execute"]["timeout"] >= 600
+    sphinx = CONFIG["sphinx"]
+    assert sphinx["recursive_update"] is True
+    assert {"sphinx_proof", "sphinx_exercise"} <= set(sphinx["extra_extensions"])
+    assert CONFIG["bibtex_bibfiles"] == ["book/references.bib"]
+    static = sphinx["config"]["html_static_path"]
+    assert all(pathlib.PurePath(p).name != "_static" for p in static), "a _static folder duplicates its scripts"
+    assert "book/_plotly" in static and sphinx["config"]["html_js_files"] == ["plotly.min.js"]
+    assert not str(sphinx["config"]["mathjax_path"]).startswith(("http:", "https:", "//"))
+    suppressed = sphinx["config"].get("suppress_warnings", [])
+    assert not any(w.startswith("mystnb.unknown_mime_type") for w in suppressed)
+
+
+def test_every_bib_key_cited_in_the_book_exists():
+    bib = (ROOT / "book" / "references.bib").read_text()
+    keys = set(re.findall(r"^@\w+\{([^,]+),", bib, re.M))
+    cited = set()
+    for md in (ROOT / "book").glob("*.md"):
+        for group in re.findall(r"\{cite(?::[pt])?\}`([^`]+)`", md.read_text()):
+            cited |= {k.strip() for k in group.split(",")}
+    assert cited, "no citations found"
+    assert cited <= keys, f"cited but not in references.bib: {sorted(cited - keys)}"
+
+
+# --------------------------------------------------------------------------------------------
+# Colab pairs
+# --------------------------------------------------------------------------------------------
+def test_every_chapter_notebook_pair_is_in_sync():
+    stale = sync.check()
+    assert not stale, "stale .ipynb pairs (run `python -m book.sync`): " + json.dumps(stale, indent=1)
+
+
+def test_committed_pairs_exist_for_every_notebook_source():
+    for md in sync.sources():
+        nb = json.loads(md.with_suffix(".ipynb").read_text())
+        assert nb["metadata"]["accelerator"] == "GPU"
+        assert nb["metadata"]["colab"] == {"gpuType": "T4", "provenance": []}
+        assert nb["metadata"]["kernelspec"]["name"] == "python3"
+        assert all(not c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code")
+
+
+def test_check_flags_edited_missing_orphaned_and_executed_notebooks(tmp_path):
+    md = tmp_path / "01_demo.md"
+    md.write_text(MINI_CHAPTER)
+    assert sync.check(tmp_path) == {"01_demo.md": ["01_demo.ipynb is missing"]}
+    sync.write_pair(md)
+    assert sync.check(tmp_path) == {}
+    # a re-sync of an unchanged chapter writes the same bytes (deterministic cell ids)
+    before = md.with_suffix(".ipynb").read_bytes()
+    sync.write_pair(md)
+    assert md.with_suffix(".ipynb").read_bytes() == before
+
+    md.write_text(MINI_CHAPTER.replace("x = 1 + 1", "x = 1 + 2"))
+    assert "cells differ" in sync.check(tmp_path)["01_demo.md"][0]
+    sync.write_pair(md)
+    assert sync.check(tmp_path) == {}
+
+    nb = json.loads(md.with_suffix(".ipynb").read_text())
+    nb["cells"][-1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["2\n"]}]
+    del nb["metadata"]["accelerator"]
+    md.with_suffix(".ipynb").write_text(json.dumps(nb))
+    problems = " ".join(sync.check(tmp_path)["01_demo.md"])
+    assert "Colab GPU metadata" in problems and "has outputs" in problems
+
+    (tmp_path / "02_gone.ipynb").write_text(md.with_suffix(".ipynb").read_text())
+    assert "no .md source" in sync.check(tmp_path)["02_gone.ipynb"][0]
+
+
+def test_sync_cli_check_exit_codes(tmp_path):
+    md = tmp_path / "01_demo.md"
+    md.write_text(MINI_CHAPTER)
+    cmd = [sys.executable, "-m", "book.sync", "--book-dir", str(tmp_path)]
+    stale = subprocess.run(cmd + ["--check"], cwd=ROOT, capture_output=True, text=True)
+    assert stale.returncode == 1 and "01_demo.md" in stale.stdout
+    assert subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).returncode == 0
+    fresh = subprocess.run(cmd + ["--check"], cwd=ROOT, capture_output=True, text=True)
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    nb = jupytext.read(md.with_suffix(".ipynb"))
+    assert [c.source for c in nb.cells] == [c.source for c in jupytext.read(md).cells]
+
+
+def test_plain_markdown_pages_are_not_paired(tmp_path):
+    (tmp_path / "references.md").write_text("# References\n\nText.\n")
+    assert sync.sources(tmp_path) == []
+
+
+# --------------------------------------------------------------------------------------------
+# install cells
+# --------------------------------------------------------------------------------------------
+def test_every_install_cell_uses_the_configured_repository():
+    url = CONFIG["repository"]["url"]
+    branch = CONFIG["repository"]["branch"]
+    notebooks = sync.sources()
+    assert notebooks, "no MyST notebooks in book/"
+    for md in notebooks:
+        cells = [c.source for c in jupytext.read(md).cells if c.cell_type == "code"]
+        installs = [c for c in cells if "google.colab" in c and "pip" in c]
+        assert len(installs) == 1, f"{md.name}: expected one Colab install cell, found {len(installs)}"
+        found = re.findall(r"git\+(\S+?)@(\w+)\"", installs[0])
+        assert found == [(url, branch)], f"{md.name}: install cell installs {found}, _config.yml says {url}@{branch}"
+        assert installs[0] == cells[0], f"{md.name}: the install cell must be the first code cell"
+
+
+# --------------------------------------------------------------------------------------------
+# the build script's own checks (no build needed)
+# --------------------------------------------------------------------------------------------
+def _page(body: str, scripts=("_static/plotly.min.js", "_static/tex-svg.js")) -> str:
+    tags = "".join(f'<script src="{s if "//" in s else "../" + s}"></script>' for s in scripts)
+    return f"<html><head>{tags}</head><body>{body}</body></html>"
+
+
+@pytest.fixture
+def fake_html(tmp_path):
+    (tmp_path / "_static").mkdir()
+    for asset in ("plotly.min.js", "tex-svg.js"):
+        (tmp_path / "_static" / asset).write_text("//")
+    (tmp_path / "book").mkdir()
+    return tmp_path
+
+
+def test_html_checks_accept_a_clean_page(fake_html):
+    (fake_html / "book" / "ok.html").write_text(_page('<div class="math">x</div><script>Plotly.newPlot()</script>'))
+    assert build.html_problems(["book/ok"], fake_html) == []
+
+
+@pytest.mark.parametrize("body, scripts, expected", [
+    ('<div class="output traceback highlight-ipythontb">boom</div>', None, "error output"),
+    ("<pre>Traceback (most recent call last):\n  x</pre>", None, "error output"),
+    ("<p>x</p>", ("https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js", "_static/plotly.min.js"), "CDN"),
+    ("<script>Plotly.newPlot()</script>", ("_static/tex-svg.js",), "plotly.min.js"),
+    ('<div class="math">x</div>', ("_static/plotly.min.js",), "tex-svg.js"),
+])
+def test_html_checks_catch_broken_pages(fake_html, body, scripts, expected):
+    (fake_html / "book" / "bad.html").write_text(_page(body, scripts or ("_static/plotly.min.js", "_static/tex-svg.js")))
+    problems = build.html_problems(["book/bad"], fake_html)
+    assert problems and expected in problems[0], problems
+
+
+def test_html_checks_catch_missing_pages_and_assets(fake_html):
+    (fake_html / "_static" / "plotly.min.js").unlink()
+    problems = build.html_problems(["book/absent"], fake_html)
+    assert any("absent.html was not built" in p for p in problems)
+    assert any("plotly.min.js was not shipped" in p for p in problems)
+
+
+def test_offline_assets_come_from_installed_packages(tmp_path, monkeypatch):
+    import plotly
+
+    monkeypatch.setattr(build, "PLOTLY_DIR", tmp_path / "_plotly")
+    monkeypatch.setattr(build, "MATHJAX_DIR", tmp_path / "_mathjax")
+    js = build.copy_plotly()
+    assert js.read_bytes() == (pathlib.Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_bytes()
+    mj = build.copy_mathjax()
+    head = mj.read_text(encoding="utf-8", errors="replace")[:20000]
+    assert mj.name == "tex-svg.js" and mj.stat().st_size > 1_000_000 and "MathJax" in head
+    shutil.rmtree(tmp_path)
