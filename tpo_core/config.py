@@ -51,6 +51,7 @@ class TokenConfig:
     layers: int = 2
     ffn: int = 256
     track: int = 2                # groups whose p and q are recorded each episode
+    reward_noise: float = 0.0     # std of Gaussian noise added to group/candidate scores (0 = paper)
 
     def __post_init__(self):
         m = methods.get(self.method)
@@ -71,6 +72,9 @@ class TokenConfig:
         _require(isinstance(self.beta, (int, float)) and self.beta >= 0, "beta", "must be >= 0", self.beta)
         _require(self.optimizer in ("muon", "adam"), "optimizer", "must be 'muon' or 'adam'", self.optimizer)
         _int("track", self.track, 0)
+        _require(isinstance(self.reward_noise, (int, float)) and not isinstance(self.reward_noise, bool)
+                 and math.isfinite(self.reward_noise) and self.reward_noise >= 0,
+                 "reward_noise", "must be a finite number >= 0", self.reward_noise)
         _require(self.d_model % max(self.heads, 1) == 0, "heads", f"must divide d_model={self.d_model}", self.heads)
 
     @property

@@ -157,6 +157,9 @@ def make_token_program(cfg: TokenConfig) -> Program:
             cand = jnp.concatenate([answers[:, 0, :, None], extra], -1)        # [B, H, K]
             batch.update(cand=cand, logp_old=jnp.take_along_axis(lp, cand, -1),
                          scores=tasks.candidate_rewards(cand == target[:, :, None], correct[:, 0], cfg.reward))
+        if cfg.reward_noise > 0 and "scores" in batch:  # optional score noise (own key); error stays noiseless
+            noise_key = jax.random.fold_in(jax.random.fold_in(key, e), 7)
+            batch["scores"] = batch["scores"] + cfg.reward_noise * jax.random.normal(noise_key, batch["scores"].shape)
         return batch, tasks.error_rate(scores)
 
     def loss_fn(params, batch):
