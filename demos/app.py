@@ -159,8 +159,7 @@ def build_app() -> gr.Blocks:
                     scores_text = gr.Textbox(s0, label="scores s₁ … s_K (edit freely)", elem_id="explorer-scores")
                     logp_preset = gr.Dropdown(list(X.LOGP_PRESETS), value=EXPLORER_DEFAULTS["logp_preset"],
                                               label="behaviour log-probs ℓ_old", elem_id="explorer-logp-preset")
-                    seed = gr.Number(EXPLORER_DEFAULTS["seed"], precision=0, label="seed (random log-probs)",
-                                     minimum=0)
+                    seed = gr.Number(EXPLORER_DEFAULTS["seed"], precision=0, label="seed (random log-probs)")
                     logp_text = gr.Textbox(l0, label="log-probs ℓ_old,1 … ℓ_old,K (edit freely)",
                                            elem_id="explorer-logp")
                     message = gr.Markdown("", elem_id="explorer-message")
@@ -202,7 +201,7 @@ def build_app() -> gr.Blocks:
                                    elem_id="train-k")
                     b = gr.Slider(1, T.MAX_B, value=T.DEFAULTS["B"], step=1, label="B (prompts per episode)",
                                   elem_id="train-b")
-                    episodes = gr.Number(T.DEFAULTS["episodes"], precision=0, minimum=1, maximum=T.MAX_EPISODES,
+                    episodes = gr.Number(T.DEFAULTS["episodes"], precision=0,
                                          label=f"episodes (≤ {T.MAX_EPISODES})", elem_id="train-episodes")
                     steps = gr.Number(T.DEFAULTS["bandit_steps"], precision=0, label="MNIST steps (≤ 10,000)",
                                       visible=default_task != "token reversal", elem_id="train-steps")
@@ -210,7 +209,7 @@ def build_app() -> gr.Blocks:
                                      elem_id="train-eta")
                     with gr.Row():
                         n_seeds = gr.Slider(1, T.MAX_SEEDS, value=T.DEFAULTS["n_seeds"], step=1, label="seeds")
-                        tseed = gr.Number(T.DEFAULTS["seed"], precision=0, minimum=0, label="first seed")
+                        tseed = gr.Number(T.DEFAULTS["seed"], precision=0, label="first seed")
                     with gr.Row():
                         start = gr.Button("Train", variant="primary", elem_id="train-start")
                         stop = gr.Button("Stop", variant="stop", elem_id="train-stop")
@@ -290,6 +289,10 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     from tpo_core.train import enable_compile_cache
+
+    shared_mnist = paper.ROOT.parent / "shared" / "data" / "mnist"  # as the Makefile and tests/conftest.py do
+    if "TPO_DATA_DIR" not in os.environ and shared_mnist.is_dir():
+        os.environ["TPO_DATA_DIR"] = str(shared_mnist)
 
     cache = enable_compile_cache()
     t0 = time.perf_counter()

@@ -1,0 +1,196 @@
+"""The demo's callbacks as plain functions: explorer math against tpo_core, validation messages, and a
+tiny training stream that yields updates and stops."""
+import math
+
+import gradio as gr
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tpo_core
+from demos import app
+from demos import explorer as X
+from demos import training as T
+
+# one tiny training configuration shared by the demo tests (one compiled chunk shape: episodes <= CHUNK)
+TINY = dict(task="token reversal", methods=["tpo"], reward="terminal", H=3, B=8, K=4, eta=1.0, episodes=4,
+            n_seeds=1, seed=0, bandit_steps=1000)
+
+
+def _train_args(**changes):
+    d = {**TINY, **changes}
+    return [d[k] for k in ("task", "methods", "reward", "H", "B", "K", "eta", "episodes", "n_seeds", "seed",
+                           "bandit_steps")]
+
+
+# --------------------------------------------------------------------------------------------
+# explorer math
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("K,eta,seed", [(2, 1.0, 0), (8, 0.25, 1), (8, 3.0, 2), (33, 1.0, 3), (64, 0.05, 4)])
+def test_explorer_matches_tpo_core(K, eta, seed):
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 3, K).astype(float)
+    scores[0] = 5.0  # never a zero-variance group
+    logp = rng.normal(-10.0, 2.0, K)
+    a = X.analyse(K, eta, scores, logp)
+    q_ref = np.asarray(tpo_core.tpo_target(jnp.asarray(logp), jnp.asarray(scores), eta))
+    np.testing.assert_allclose(a["q"], q_ref, atol=2e-6)
+    np.testing.assert_allclose(a["u"], np.asarray(tpo_core.standardize(jnp.asarray(scores))), atol=1e-5)
+    np.testing.assert_allclose(a["adv"], np.asarray(tpo_core.grpo_advantages(jnp.asarray(scores))), atol=1e-4)
+    p_old = np.exp(logp - logp.max()) / np.exp(logp - logp.max()).sum()
+    np.testing.assert_allclose(a["p_old"], p_old, atol=1e-12)
+    np.testing.assert_allclose(a["grad"], p_old - q_ref, atol=2e-6)
+    assert a["q"].sum() == pytest.approx(1.0)
+
+
+def test_q_maximises_the_kl_objective():
+    """J(q) equals the closed form η log E_p_old[exp(u/η)] and beats every perturbation."""
+    rng = np.random.default_rng(7)
+    K, eta = 10, 0.7
+    scores = rng.random(K)
+    logp = rng.normal(size=K)
+    a = X.analyse(K, eta, scores, logp)
+    p_old = np.exp(logp) / np.exp(logp).sum()
+    u = (scores - scores.mean()) / scores.std()
+    assert a["J_q"] == pytest.approx(eta * math.log((p_old * np.exp(u / eta)).sum()), abs=1e-9)
+    # independent random distributions on the simplex never beat q
+    for r in rng.dirichlet(np.ones(K), size=200):
+        j = (r * u).sum() - eta * (r * np.log(r / p_old)).sum()
+        assert j <= a["J_q"] + 1e-12
+    assert a["J_alt_best"] <= a["J_q"] + 1e-12
+    assert a["J_p_old"] < a["J_q"] and a["J_onehot"] < a["J_q"]
+
+
+def test_all_fail_group_gives_q_equal_p_old_and_zero_gradient():
+    s_txt, l_txt, a = app.explore_values(6, 1.0, "all fail", "", "random", "", 3)
+    assert s_txt == "0, 0, 0, 0, 0, 0"
+    assert a["zero_variance"]
+    np.testing.assert_allclose(a["q"], a["p_old"], atol=1e-12)
+    assert np.abs(a["grad"]).max() < 1e-12 and np.abs(a["adv"]).max() == 0
+    assert "Zero-variance group" in X.summary_markdown(a)
+
+
+def test_eta_limits_of_the_target():
+    """η → ∞ keeps q at p_old; small η puts (almost) all mass on the success."""
+    _, _, wide = app.explore_values(8, 100.0, "one success", "", "success unlikely", "", 0)
+    _, _, sharp = app.explore_values(8, 0.05, "one success", "", "success unlikely", "", 0)
+    assert abs(wide["q"][0] - wide["p_old"][0]) < 0.001
+    assert wide["p_old"][0] == pytest.approx(0.02)
+    assert sharp["q"][0] > 0.999
+
+
+def test_presets_follow_k():
+    s_txt, l_txt, a = app.explore_values(5, 1.0, "graded", "", "uniform", "", 0)
+    assert s_txt == "1, 0.75, 0.5, 0.25, 0"
+    np.testing.assert_allclose(a["p_old"], np.full(5, 0.2))
+    s_txt, _, _ = app.explore_values(4, 1.0, "a tie (two successes)", "", "uniform", "", 0)
+    assert s_txt == "1, 1, 0, 0"
+
+
+def test_explore_callback_outputs_figures_with_the_plotted_q():
+    out = app.explore(8, 0.5, "custom", "1 0 0 0 0 0 0 0.5", "custom", "-1,-2,-3,-4,-5,-6,-7,-8", 0)
+    s_txt, l_txt, message, summary, bars, contrast = out
+    assert message == "" and s_txt == "1, 0, 0, 0, 0, 0, 0, 0.5"
+    q_trace = [t for t in bars.data if t.name == "q"][0]
+    q_ref = np.asarray(tpo_core.tpo_target(jnp.arange(-1.0, -9.0, -1.0), jnp.asarray([1, 0, 0, 0, 0, 0, 0, .5]), 0.5))
+    np.testing.assert_allclose(np.asarray(q_trace.y), q_ref, atol=1e-6)
+    assert "q beats every perturbed alternative" in summary
+    assert len(contrast.data) == 2
+
+
+def test_typed_scores_switch_preset_to_custom():
+    out = app.explore_typed_scores(4, 1.0, "0, 1, 0, 0", "uniform", "", 0)
+    assert out[-1] == "custom" and out[2] == ""
+    q = [t for t in out[4].data if t.name == "q"][0].y
+    assert int(np.argmax(q)) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# validation messages (explorer: shown in the message box, figures untouched)
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args,expected", [
+    ((8, 0, "one success", "", "uniform", ""), "η must be > 0, got 0"),
+    ((8, -1.5, "one success", "", "uniform", ""), "η must be > 0"),
+    ((1, 1.0, "one success", "", "uniform", ""), "K must be between 2 and 64, got 1"),
+    ((65, 1.0, "one success", "", "uniform", ""), "K must be between 2 and 64, got 65"),
+    ((4, 1.0, "custom", "1, 0, zero, 0", "uniform", ""), "scores: entry 3 ('zero') is not a number"),
+    ((4, 1.0, "custom", "1, 0, 0", "uniform", ""), "scores: got 3 numbers but K = 4"),
+    ((4, 1.0, "custom", "", "uniform", ""), "scores: enter 4 numbers"),
+    ((4, 1.0, "custom", "1, nan, 0, 0", "uniform", ""), "scores: entry 2 ('nan') is not a finite number"),
+    ((3, 1.0, "one success", "", "custom", "-1, -2"), "log-probs: got 2 numbers but K = 3"),
+    ((3, 1.0, "one success", "", "custom", "-1, -2, p"), "log-probs: entry 3 ('p') is not a number"),
+    ((3, "abc", "one success", "", "uniform", ""), "η must be a number > 0"),
+])
+def test_explorer_validation_messages(args, expected):
+    out = app.explore(*args, 0)
+    assert expected in out[2]
+    assert all(o is not None and not isinstance(o, str) for o in (out[3], out[4], out[5]))  # gr.skip()s
+    with pytest.raises(X.InputError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        app.explore_values(*args, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# training: validation, then a tiny stream
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("changes,expected", [
+    (dict(eta=0), "η must be > 0"),
+    (dict(K=1), "K must be between 2 and 16, got 1"),
+    (dict(K=17), "K must be between 2 and 16, got 17"),
+    (dict(H=1), "H must be between 2 and 10, got 1"),
+    (dict(H=11), "H must be between 2 and 10, got 11"),
+    (dict(episodes=2001), "episodes must be between 1 and 2000, got 2001"),
+    (dict(episodes=2.5), "episodes must be a whole number"),
+    (dict(methods=[]), "methods: pick at least one method"),
+    (dict(methods=["tpo", "grpo", "ppo", "dg", "rloo"]), "methods: pick at most 4"),
+    (dict(methods=["ce"]), "methods: 'ce' does not run on the token task"),
+    (dict(methods=["tpo_token"]), "methods: tpo_token needs a dense reward"),
+    (dict(reward="dense"), "reward must be one of"),
+    (dict(task="chess"), "task must be one of"),
+    (dict(task="MNIST bandit", methods=["rloo"]), "methods: 'rloo' does not run on the MNIST bandit"),
+    (dict(task="MNIST bandit", bandit_steps=150), "MNIST steps must be a multiple of 100"),
+    (dict(task="MNIST bandit", bandit_steps=20000), "MNIST steps must be between 100 and 10000"),
+    (dict(n_seeds=5), "seeds must be between 1 and 4"),
+])
+def test_training_validation_messages(changes, expected):
+    gen = app.train(*_train_args(**changes))
+    with pytest.raises(gr.Error) as err:
+        next(gen)
+    assert expected in str(err.value.message)
+
+
+def test_schedule_uses_two_chunk_shapes():
+    assert T.schedule(1, 5) == [1]
+    assert T.schedule(13, 5) == [1, 5, 5, 1, 1]
+    assert sum(T.schedule(300, 5)) == 300 and set(T.schedule(300, 5)) == {1, 5}
+
+
+def test_tiny_training_stream_yields_updates_and_stops():
+    outputs = list(app.train(*_train_args()))
+    assert len(outputs) == 1 + len(T.schedule(TINY["episodes"], T.CHUNK))  # a status first, one per chunk
+    status0 = outputs[0][0]
+    assert "0 / 4 episodes" in status0
+    status, err_fig, grad_fig, zero_fig, pq_fig, hist, slider = outputs[-1]
+    assert "4 / 4 episodes" in status and "done" in status
+    error = hist["metrics"]["tpo"]["error"]
+    assert error.shape == (1, 4) and np.all((error >= 0) & (error <= 1))
+    line = [t for t in err_fig.data if t.name == "tpo"][0]
+    np.testing.assert_allclose(np.asarray(line.y), 100 * error[0], rtol=1e-6)
+    # p before epoch 1 is p_old: the tracked group's first bars are a distribution over K = 4
+    p_old = np.asarray(pq_fig.data[0].y)
+    assert p_old.shape == (4,) and p_old.sum() == pytest.approx(1.0, abs=1e-5)
+    # the stream is lazy and can be stopped (what the Stop button does): nothing runs after close()
+    gen = app.train(*_train_args())
+    next(gen)
+    gen.close()
+    with pytest.raises(StopIteration):
+        next(gen)
+
+
+def test_episode_scrubber_redraws_the_tracked_group():
+    *_, last = app.train(*_train_args())
+    hist = last[5]
+    fig0 = app.show_episode(hist, 0)
+    fig3 = app.show_episode(hist, 3)
+    assert "episode 0" in fig0.layout.title.text and "episode 3" in fig3.layout.title.text
+    q3 = [t for t in fig3.data if t.name.startswith("q")][0].y
+    np.testing.assert_allclose(np.asarray(q3), hist["metrics"]["tpo"]["track_q"][0, 3, 0], rtol=1e-6)
