@@ -205,11 +205,12 @@ def _fake_summary(preset="table3", budget="paper"):
 def test_report_markdown_and_html_show_ours_se_paper_and_verdict(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "summary.json").write_text(json.dumps(_fake_summary()))
+    (tmp_path / "a" / "NOTES.md").write_text("GRPO differs: see seeds.\n")
     summaries = report.load_summaries(tmp_path)
     md = report.to_markdown(summaries)
     assert "| tpo H=10 P | final error (%) | 7.10 ± 2.00 | 7.4 | yes |" in md
     assert "| grpo H=10 P | final error (%) | 12.00 ± 1.00 | 50.4 | **no** |" in md
-    assert "1 of 2 rows" in md
+    assert "1 of 2 rows" in md and "**Findings.** GRPO differs: see seeds." in md
     html = report.to_html(summaries)
     assert html.startswith("<!DOCTYPE html>") and "<td class='no'>no</td>" in html and "50.4" in html
     with pytest.raises(ValueError, match="does not exist"):

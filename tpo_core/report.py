@@ -33,7 +33,8 @@ def default_reference_path() -> pathlib.Path:
 # loading
 # --------------------------------------------------------------------------------------------
 def load_summaries(directory) -> list[dict]:
-    """Every ``summary.json`` under ``directory`` (recursively), sorted by preset name then budget."""
+    """Every ``summary.json`` under ``directory`` (recursively), sorted by preset name then budget; a
+    ``NOTES.md`` beside a summary (findings written by a person) is attached as ``findings``."""
     directory = pathlib.Path(directory)
     if not directory.is_dir():
         raise ValueError(f"directory {str(directory)!r} does not exist")
@@ -44,6 +45,9 @@ def load_summaries(directory) -> list[dict]:
     for p in paths:
         s = json.loads(p.read_text())
         s["_path"] = str(p)
+        notes = p.parent / "NOTES.md"  # a human's findings about this preset, shown under its table
+        if notes.exists():
+            s["findings"] = notes.read_text().strip()
         summaries.append(s)
     from .experiments import PRESETS
     order = {name: i for i, name in enumerate(PRESETS)}
