@@ -1,0 +1,56 @@
+"""The command line as a user meets it: exit codes, one-line errors, atomic results."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def run(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "tpo_core", *args], capture_output=True, text=True, env=ENV,
+                          cwd=ROOT, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["train", "--eta", "0"], "eta"),
+    (["train", "--K", "1"], "K"),
+    (["train", "--K", "x"], "--K"),
+    (["train", "--method", "nope"], "unknown method"),
+    (["train", "--task", "chess"], "task"),
+    (["train", "--reward", "dense"], "reward"),
+    (["train", "--seeds", "0"], "seeds"),
+    (["train", "--out", "run.txt"], "out"),
+    (["fly"], "invalid choice"),
+])
+def test_bad_input_exits_2_with_one_line(args, needle):
+    r = run(*args)
+    assert r.returncode == 2, r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert needle in lines[0]
+
+
+def test_train_writes_json_atomically(tmp_path):
+    out = tmp_path / "run.json"
+    r = run("train", "--task", "reversal", "--method", "tpo", "--H", "3", "--B", "16", "--episodes", "6",
+            "--seeds", "2", "--chunk", "3", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "final error" in r.stdout and "2 seeds" in r.stdout
+    data = json.loads(out.read_text())
+    assert data["config"]["H"] == 3 and data["seeds"] == [0, 1]
+    assert np.asarray(data["metrics"]["error"]).shape == (2, 6)
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]  # no temporary left behind
+
+
+def test_train_bandit_npz(tmp_path):
+    out = tmp_path / "bandit.npz"
+    r = run("train", "--task", "mnist", "--method", "pg", "--episodes", "200", "--out", str(out), "--quiet")
+    assert r.returncode == 0, r.stderr
+    with np.load(out) as z:
+        assert z["test_error"].shape == (1, 1)
