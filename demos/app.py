@@ -142,6 +142,9 @@ gradient never does. Move η and K in the explorer; race TPO against GRPO in liv
 
 def build_app() -> gr.Blocks:
     """The whole demo as a ``gr.Blocks`` with its queue configured (not launched)."""
+    from tpo_core import plotting
+
+    plotting.setup()  # the shared plotly template (plotly_white), as in the book
     s0, l0, a0 = explore_values(**{**EXPLORER_DEFAULTS, "scores_text": "", "logp_text": ""})
     default_task = T.DEFAULTS["task"]
 
@@ -177,11 +180,11 @@ def build_app() -> gr.Blocks:
                   inputs=[k, eta, scores_preset, scores_text, logp_preset, logp_text, seed], outputs=outputs,
                   api_name="explore", concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
                   show_progress="hidden", trigger_mode="always_last")
-            scores_text.input(explore_typed_scores, inputs=[k, eta, scores_text, logp_preset, logp_text, seed],
+            gr.on([scores_text.input, scores_text.submit], explore_typed_scores, inputs=[k, eta, scores_text, logp_preset, logp_text, seed],
                               outputs=outputs + [scores_preset], api_visibility="private",
                               concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
                               show_progress="hidden", trigger_mode="always_last")
-            logp_text.input(explore_typed_logp, inputs=[k, eta, scores_preset, scores_text, logp_text, seed],
+            gr.on([logp_text.input, logp_text.submit], explore_typed_logp, inputs=[k, eta, scores_preset, scores_text, logp_text, seed],
                             outputs=outputs + [logp_preset], api_visibility="private",
                             concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
                             show_progress="hidden", trigger_mode="always_last")

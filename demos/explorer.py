@@ -235,11 +235,15 @@ def contrast_figure(a: dict):
     """What each method pushes on every log-prob at the first epoch: TPO q − p_old, GRPO A_i."""
     c, x = plotting.color, _names(a["K"])
     fig = panels_figure([
-        ("TPO: q − p_old (bounded; 0 once p = q)", [("TPO  q − p_old", x, a["q"] - a["p_old"], c("tpo"))]),
-        ("GRPO: advantage A_i (ignores p_old and η)", [("GRPO  A", x, a["adv"], c("grpo"))]),
+        ("TPO: q − p_old (bounded, 0 at p = q)", [("TPO  q − p_old", x, a["q"] - a["p_old"], c("tpo"))]),
+        ("GRPO: advantage A_i (no p_old, no η)", [("GRPO  A", x, a["adv"], c("grpo"))]),
     ], height=300)
     fig.update_layout(showlegend=False)
     return fig
+
+
+def _f(x: float) -> str:
+    return f"{round(x, 4) + 0.0:.4f}"  # no "-0.0000"
 
 
 def summary_markdown(a: dict) -> str:
@@ -253,12 +257,12 @@ def summary_markdown(a: dict) -> str:
         "",
         "| distribution r | J(r) |",
         "|---|---|",
-        f"| **q (TPO's target)** | **{a['J_q']:.4f}** |",
-        f"| closed form η·log Σ p_old·e^(u/η) | {a['J_closed']:.4f} |",
-        f"| best of {a['n_alt']} perturbations of q | {a['J_alt_best']:.4f} (q ahead by {a['J_q'] - a['J_alt_best']:.1e}) |",
-        f"| p_old (stay put) | {a['J_p_old']:.4f} |",
-        f"| one-hot on the best candidate | {a['J_onehot']:.4f} |",
-        f"| softmax(u/η) (no anchor) | {a['J_no_anchor']:.4f} |",
+        f"| **q (TPO's target)** | **{_f(a['J_q'])}** |",
+        f"| closed form η·log Σ p_old·e^(u/η) | {_f(a['J_closed'])} |",
+        f"| best of {a['n_alt']} perturbations of q | {_f(a['J_alt_best'])} (q ahead by {a['J_q'] - a['J_alt_best']:.1e}) |",
+        f"| p_old (stay put) | {_f(a['J_p_old'])} |",
+        f"| one-hot on the best candidate | {_f(a['J_onehot'])} |",
+        f"| softmax(u/η) (no anchor) | {_f(a['J_no_anchor'])} |",
         "",
         ("q beats every perturbed alternative ✔" if ok else "⚠ a perturbation beat q (numerical issue)"),
         "",

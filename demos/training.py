@@ -285,25 +285,26 @@ def _curves(hist, key, title, y_title, percent, log_y=False):
     T = next(iter(runs.values())).shape[1]
     fig = plotting.curves_figure(runs, title=title, y_title=y_title, percent=percent, log_y=log_y,
                                  x=_x(hist, T), x_title=hist["unit"])
-    fig.update_layout(height=300, margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.25))
+    fig.update_layout(height=300, margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.25),
+                      title_font_size=14)
     return fig
 
 
 def error_figure(hist):
     if hist["task"] == "token reversal":
-        return _curves(hist, "error", "error of each episode's own rollouts", "error", True)
+        return _curves(hist, "error", "error of each episode's rollouts", "error", True)
     return _curves(hist, "test_error", "greedy test error", "test error", True)
 
 
 def grad_figure(hist):
-    return _curves(hist, "grad_norm", "gradient norm (first epoch): TPO's decays, GRPO's does not",
+    return _curves(hist, "grad_norm", "first-epoch gradient norm (log scale)",
                    "‖∇‖", False, log_y=True)
 
 
 def zero_var_figure(hist):
     if hist["task"] != "token reversal":
         return _curves(hist, "train_error", "training error (sampled actions)", "train error", True)
-    return _curves(hist, "zero_var_frac", "zero-variance groups (all fail / all succeed)", "groups", True)
+    return _curves(hist, "zero_var_frac", "zero-variance groups (all fail/succeed)", "groups", True)
 
 
 def pq_figure(hist, episode: int | None = None):
@@ -312,7 +313,7 @@ def pq_figure(hist, episode: int | None = None):
     from plotly.subplots import make_subplots
 
     tracked = [m for m, d in hist["metrics"].items() if "track_q" in d]
-    title = "a tracked group: p (before each epoch's update) moving toward q"
+    title = "tracked group: p per epoch → q"
     if not tracked:
         note = ("waiting for the first chunk…" if hist["done"] == 0 else
                 "no group to track (single-sample, token-level or bandit methods)")
@@ -321,6 +322,7 @@ def pq_figure(hist, episode: int | None = None):
     t = T - 1 if episode is None else int(min(max(episode, 0), T - 1))
     fig = make_subplots(rows=1, cols=len(tracked), subplot_titles=[
         _pq_subtitle(m, hist["metrics"][m], t, hist["epochs"][m]) for m in tracked])
+    fig.update_annotations(font_size=10)
     for col, m in enumerate(tracked, 1):
         d = hist["metrics"][m]
         p = d["track_p"][0, t, 0]          # [epochs, K]
@@ -335,7 +337,7 @@ def pq_figure(hist, episode: int | None = None):
                                  showlegend=col == 1, legendgroup=f"p{e}"), 1, col)
         fig.add_trace(go.Bar(x=names, y=q, name="q (TPO target)", marker_color=plotting.color("q"),
                              showlegend=col == 1, legendgroup="q"), 1, col)
-    fig.update_layout(title=f"{title} — episode {t}", barmode="group", height=320,
+    fig.update_layout(title=f"{title}, episode {t}", title_font_size=14, barmode="group", height=340,
                       margin=dict(l=40, r=10, t=70, b=40), legend=dict(orientation="h", y=-0.3))
     return fig
 
@@ -346,7 +348,7 @@ def _pq_subtitle(m, d, t, epochs):
     kl = [float((q * (np.log(np.maximum(q, 1e-12)) - np.log(np.maximum(pe, 1e-12)))).sum()) for pe in p]
     informative = bool(d["track_informative"][0, t, 0])
     tag = "" if informative else " (zero-variance: q = p_old)"
-    return f"{M.REGISTRY[m].title}: KL(q‖p) " + " → ".join(f"{v:.3f}" for v in kl) + tag
+    return f"{M.REGISTRY[m].title}: KL(q‖p) " + "→".join(f"{v:.3f}" for v in kl) + tag
 
 
 def status_markdown(hist, backend: str = "cpu") -> str:

@@ -1,10 +1,6 @@
 """The running server: `python -m demos.app --port <free>` as a subprocess, driven through gradio_client."""
 import base64
 import json
-import os
-import subprocess
-import sys
-import time
 import urllib.request
 
 import jax.numpy as jnp
@@ -13,48 +9,17 @@ import pytest
 
 import tpo_core
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from demos.server_process import running_server
+
 TINY_TRAIN = ("token reversal", ["tpo"], "terminal", 3, 8, 4, 1.0, 4, 1, 0, 1000)  # same config as the callbacks test
 
 
-def start_server(port: int, *extra):
-    env = dict(os.environ, PYTHONPATH=ROOT, GRADIO_ANALYTICS_ENABLED="False", TPO_DEMO_WARM="0")
-    proc = subprocess.Popen([sys.executable, "-m", "demos.app", "--port", str(port), *extra], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"demo exited with {proc.returncode}:\n{proc.stdout.read()}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.5)
-    stop_server(proc)
-    raise RuntimeError("demo did not answer within 180 s")
-
-
-def stop_server(proc):
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture(scope="module")
-def server(request):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc, url = start_server(port)
-    yield url
-    stop_server(proc)
+def server():
+    """`python -m demos.app --port <free>` in a subprocess; terminated (then killed) at the end."""
+    with running_server(warm=False) as srv:
+        yield srv.url
+    assert srv.proc.poll() is not None
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,88 @@
+"""The demo in a real browser (system Chromium via Playwright): move the η slider and see q change, then
+run a tiny training job and see its plots update. Screenshots go to artifacts/demo/."""
+import re
+
+import pytest
+
+from demos.server_process import running_server
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_server(warm=False) as srv:
+        yield srv.url
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    yield page
+    context.close()
+    assert not errors, f"JavaScript errors in the page: {errors}"
+
+
+def _q_bar_heights(page, selector):
+    """The y values of the trace named q, read from the plotly graph div in the page."""
+    return page.evaluate(f"""() => {{
+        const gd = document.querySelector('{selector} .js-plotly-plot');
+        const t = gd._fullData.find(t => t.name === 'q');  // _fullData: arrays decoded by plotly.js
+        return Array.from(t.y);
+    }}""")
+
+
+def test_slider_and_live_training(server, page, artifacts_dir):
+    out = artifacts_dir / "demo"
+    out.mkdir(exist_ok=True)
+    page.goto(server)
+    page.wait_for_selector("#explorer-bars .js-plotly-plot", timeout=60_000)
+    q_before = _q_bar_heights(page, "#explorer-bars")
+    assert abs(sum(q_before) - 1) < 1e-6
+
+    # move the η slider with the keyboard: 15 steps of 0.05 down, from 1 to 0.25
+    slider = page.locator("#explorer-eta input[type=range]")
+    slider.focus()
+    for _ in range(15):
+        slider.press("ArrowLeft")
+    page.wait_for_function("() => document.querySelector('#explorer-summary').innerText.includes('η = 0.25')",
+                           timeout=30_000)
+    page.wait_for_function(
+        "() => document.querySelector('#explorer-bars .js-plotly-plot').layout.title.text.includes('η = 0.25')",
+        timeout=30_000)
+    q_after = _q_bar_heights(page, "#explorer-bars")
+    assert q_after[0] > q_before[0] + 0.1  # a smaller η concentrates q on the one success
+    page.screenshot(path=str(out / "explorer.png"), full_page=True)
+
+    # a bad score list: a clear message, no crash
+    box = page.locator("#explorer-scores textarea, #explorer-scores input").first
+    box.fill("1, 0, oops")
+    box.press("Enter")
+    page.wait_for_function("() => document.querySelector('#explorer-message').innerText.includes('not a number')",
+                           timeout=30_000)
+
+    # live training, tiny: TPO alone, H = 3, K = 4, B = 8, 4 episodes
+    page.get_by_role("tab", name="Live training").click()
+    for elem, value in (("#train-h", "3"), ("#train-k", "4"), ("#train-b", "8")):
+        number = page.locator(f"{elem} input[type=number]")
+        number.fill(value)
+        number.press("Enter")
+    episodes = page.locator("#train-episodes input")
+    episodes.fill("4")
+    episodes.press("Tab")
+    page.get_by_label("GRPO (grpo)", exact=True).uncheck()
+    page.locator("#train-start").click()
+    page.wait_for_function(
+        "() => /4 \\/ 4 episodes/.test(document.querySelector('#train-status').innerText)", timeout=300_000)
+    status = page.locator("#train-status").inner_text()
+    assert "done" in status and re.search(r"TPO \d+\.\d %", status)
+    page.wait_for_selector("#train-pq .js-plotly-plot", timeout=10_000)
+    page.screenshot(path=str(out / "training.png"), full_page=True)
+    n_points = page.evaluate("""() => {
+        const gd = document.querySelector('#train-error .js-plotly-plot');
+        return gd._fullData.find(t => t.name === 'tpo').y.length;
+    }""")
+    assert n_points == 4
