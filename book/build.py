@@ -220,16 +220,6 @@ def main(argv=None) -> int:
 
     log(f"plotly.js: {copy_plotly().relative_to(ROOT)}; MathJax: {copy_mathjax().relative_to(ROOT)}")
 
-    if not args.no_sync_check:
-        from . import sync
-
-        stale = sync.check()
-        if stale:
-            for name, why in stale.items():
-                log(f"stale Colab notebook book/{name}: {'; '.join(why)}")
-            log("run `python -m book.sync` first")
-            return 1
-
     docs = toc_files()
     toc = None
     if args.only:
@@ -241,6 +231,18 @@ def main(argv=None) -> int:
     elif args.existing_only:
         toc = filtered_toc(lambda d: source_of(d) is not None)
         docs = toc_files(toc)
+
+    if not args.no_sync_check:  # the Colab notebooks of the pages being built must match them
+        from . import sync
+
+        built = {pathlib.PurePath(d).name for d in docs}
+        stale = {name: why for name, why in sync.check().items() if pathlib.PurePath(name).stem in built}
+        if stale:
+            for name, why in stale.items():
+                log(f"stale Colab notebook book/{name}: {'; '.join(why)}")
+            log("run `python -m book.sync` first")
+            return 1
+
     missing = [d for d in docs if source_of(d) is None]
     if missing:
         log(f"toc entries without a file: {', '.join(missing)} (use --existing-only while chapters are written)")
