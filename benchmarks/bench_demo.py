@@ -1,0 +1,132 @@
+"""How fast the demo answers: explorer latency (in-process and through the real server) and the delay from
+pressing Train to the first streamed training update on a warm app.
+
+Usage: python benchmarks/bench_demo.py [--explorer-calls 50] [--train-repeats 2] [--warm-timeout 900]
+
+Starts `python -m demos.app` on a free loopback port with the startup warm-up on, waits for the warm-up
+to finish (the default training configuration compiled), then measures through gradio_client. Prints
+the figures; stops the server at the end.
+"""
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import numpy as np  # noqa: E402
+
+
+def summary(ms):
+    ms = sorted(ms)
+    p95 = ms[min(len(ms) - 1, int(round(0.95 * (len(ms) - 1))))]
+    return f"median {statistics.median(ms):6.1f} ms · p95 {p95:6.1f} ms · max {ms[-1]:6.1f} ms (n = {len(ms)})"
+
+
+def explorer_inputs(rng):
+    from demos import explorer as X
+
+    K = int(rng.integers(2, X.MAX_K + 1))
+    return (K, float(rng.choice([0.05, 0.25, 0.5, 1.0, 2.0, 5.0])),
+            str(rng.choice([p for p in X.SCORE_PRESETS if p != "custom"])), "",
+            str(rng.choice(["uniform", "random", "success unlikely"])), "", int(rng.integers(0, 100)))
+
+
+def bench_in_process(n):
+    from demos import app
+
+    app.explore(*explorer_inputs(np.random.default_rng(0)))  # imports, first figure
+    rng = np.random.default_rng(1)
+    ms = []
+    for _ in range(n):
+        args = explorer_inputs(rng)
+        t0 = time.perf_counter()
+        out = app.explore(*args)
+        ms.append(1000 * (time.perf_counter() - t0))
+        assert out[2] == "", out[2]
+    return ms
+
+
+def bench_server(args):
+    from gradio_client import Client
+
+    from demos.server_process import running_server
+    from demos.training import DEFAULTS
+
+    with running_server(warm=True) as server:
+        t0 = time.perf_counter()
+        client = Client(server.url, verbose=False)
+        print(f"gradio_client connect: {1000 * (time.perf_counter() - t0):.0f} ms")
+        rng = np.random.default_rng(2)
+        client.predict(*explorer_inputs(rng), api_name="/explore")
+        ms = []
+        for _ in range(args.explorer_calls):
+            inputs = explorer_inputs(rng)
+            t0 = time.perf_counter()
+            out = client.predict(*inputs, api_name="/explore")
+            ms.append(1000 * (time.perf_counter() - t0))
+            assert out[2] == "", out[2]
+        print(f"explorer through the server (predict → result), cold warm-up running: {summary(ms)}")
+
+        t0 = time.perf_counter()
+        if not server.wait_for_line("warm-up done", args.warm_timeout):
+            print(f"warm-up did not finish within {args.warm_timeout} s; last log lines:\n" + "\n".join(server.log[-5:]))
+            return
+        line = next(x for x in server.log if "warm-up done" in x)
+        print(f"startup warm-up: {line.split('compiled in')[-1].strip()} (waited {time.perf_counter() - t0:.0f} s more)")
+        ms = []
+        for _ in range(args.explorer_calls):
+            inputs = explorer_inputs(rng)
+            t0 = time.perf_counter()
+            client.predict(*inputs, api_name="/explore")
+            ms.append(1000 * (time.perf_counter() - t0))
+        print(f"explorer through the server, idle server: {summary(ms)}")
+
+        d = DEFAULTS
+        train_args = (d["task"], d["methods"], d["reward"], d["H"], d["B"], d["K"], d["eta"], d["episodes"],
+                      d["n_seeds"], d["seed"], d["bandit_steps"])
+        print(f"default training run: {', '.join(d['methods'])}, H={d['H']}, B={d['B']}, K={d['K']}, "
+              f"{d['episodes']} episodes")
+        for r in range(args.train_repeats):
+            t0 = time.perf_counter()
+            job = client.submit(*train_args, api_name="/train")
+            first_status = first_data = None
+            data_times = []
+            for out in job:
+                now = time.perf_counter() - t0
+                status = out[0]
+                if first_status is None:
+                    first_status = now
+                if "/ " in status and not status.startswith("**0 /"):
+                    data_times.append((now, int(status.split("**")[1].split("/")[0])))
+                    if first_data is None:
+                        first_data = now
+                if len(data_times) >= args.updates:
+                    break
+            job.cancel()
+            (t_a, e_a), (t_b, e_b) = data_times[1], data_times[-1]
+            rate = (t_b - t_a) / max(e_b - e_a, 1)
+            print(f"  run {r + 1}: first status {1000 * first_status:.0f} ms · first data update "
+                  f"{1000 * first_data:.0f} ms after the click · then {rate:.2f} s per episode for "
+                  f"{len(d['methods'])} methods ({e_b} episodes in {t_b:.1f} s)")
+            time.sleep(2)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--explorer-calls", type=int, default=50)
+    ap.add_argument("--train-repeats", type=int, default=2)
+    ap.add_argument("--updates", type=int, default=4, help="streamed data updates to wait for per training run")
+    ap.add_argument("--warm-timeout", type=float, default=900.0)
+    args = ap.parse_args()
+    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"explorer callback in-process: {summary(bench_in_process(args.explorer_calls))}")
+    bench_server(args)
+
+
+if __name__ == "__main__":
+    main()
