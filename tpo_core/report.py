@@ -115,12 +115,12 @@ def _reference_lines(ref: dict) -> list[str]:
     return lines + [""]
 
 
-def to_markdown(summaries: list[dict]) -> str:
+def to_markdown(summaries: list[dict], command: str | None = None) -> str:
     """One markdown document: per preset, the claim, the budget, the command and a comparison table."""
     if isinstance(summaries, dict):
         summaries = [summaries]
     n, agree, total = _counts(summaries)
-    lines = ["# Reproduction report", "",
+    lines = ["# Reproduction report", ""] + ([f"Produced by `{command}` from the summaries below.", ""] if command else []) + [
              f"{len(summaries)} preset(s), {total} rows; {agree} of {n} rows with a paper number and a seed SE "
              f"agree with the paper within 2 standard errors. Rows marked *(other setting)* ran a smaller budget "
              f"than the paper (see each budget note), so their comparison is indicative only.", ""]
@@ -279,7 +279,8 @@ def cmd_report(args) -> int:
     if args.out is None:
         print(to_markdown(summaries))
         return 0
-    text = to_html(summaries) if args.out.endswith(".html") else to_markdown(summaries)
+    command = f"python -m tpo_core report {args.directory} --out {args.out}"
+    text = to_html(summaries) if args.out.endswith(".html") else to_markdown(summaries, command=command)
     results.write_text(args.out, text)
     print(f"wrote {args.out} ({len(summaries)} summaries)")
     return 0
