@@ -118,15 +118,22 @@ def show_episode(hist, episode):
 # paper tab
 # --------------------------------------------------------------------------------------------
 def paper_view():
-    """(markdown note, html of the reproduced results, list of figure files)."""
-    body, kind, note = paper.load_report()
+    """(markdown: our reproduced tables or a note, then the paper's tables; figure choices; first figure html)."""
+    body, note = paper.load_report()
     if body is None:
-        head = (f"ℹ️ {note} Run the reproduction presets (see the README) to fill `results/`; "
-                "until then only the **paper's** numbers are shown below.\n\n")
-        return head + paper.PAPER_TABLES, "", []
-    html = body if kind == "html" else ""
-    md = "### Reproduced here (from `results/`)\n\n" + (body if kind == "markdown" else "") + "\n\n" + paper.PAPER_TABLES
-    return md, html, [str(p) for p in paper.figure_files()]
+        md = (f"ℹ️ {note} Run the reproduction presets (`python -m tpo_core reproduce <preset> --budget cpu "
+              "--out results/<preset>`, see `results/README.md`) to fill `results/`; until then only the "
+              "**paper's** numbers are shown below.\n\n" + paper.PAPER_TABLES)
+    else:
+        md = ("## Reproduced here (from `results/`, computed by `tpo_core.report`)\n\n" + body + "\n\n---\n\n"
+              + paper.PAPER_TABLES)
+    figs = [(f.parent.name, str(f)) for f in paper.figure_files()]
+    return md, figs, paper.figure_iframe(figs[0][1]) if figs else ""
+
+
+def reload_paper():
+    md, figs, frame = paper_view()
+    return md, gr.update(choices=figs, value=figs[0][1] if figs else None, visible=bool(figs)), frame
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,13 +248,14 @@ def build_app() -> gr.Blocks:
                             show_progress="hidden", concurrency_id="explorer")
 
         with gr.Tab("Paper results", id="paper"):
-            md0, html0, figs0 = paper_view()
+            md0, figs0, frame0 = paper_view()
+            reload_btn = gr.Button("Reload results/", size="sm")
+            fig_choice = gr.Dropdown(figs0, value=figs0[0][1] if figs0 else None, visible=bool(figs0),
+                                     label="reproduced figure (results/<preset>/figure.html)")
+            fig_frame = gr.HTML(frame0, elem_id="paper-figure")
             paper_md = gr.Markdown(md0, elem_id="paper-md")
-            paper_html = gr.HTML(html0, elem_id="paper-html")
-            gallery = gr.Gallery(figs0, label="reproduced figures", visible=bool(figs0), columns=2)
-            reload_btn = gr.Button("Reload results/")
-            reload_btn.click(lambda: (lambda md, html, figs: (md, html, gr.update(value=figs, visible=bool(figs))))(
-                *paper_view()), None, [paper_md, paper_html, gallery], api_name="paper")
+            fig_choice.input(paper.figure_iframe, fig_choice, fig_frame, api_visibility="private")
+            reload_btn.click(reload_paper, None, [paper_md, fig_choice, fig_frame], api_name="paper")
 
     demo.queue(default_concurrency_limit=EXPLORER_CONCURRENCY, max_size=QUEUE_MAX_SIZE)
     return demo

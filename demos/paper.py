@@ -54,37 +54,40 @@ def results_dir() -> pathlib.Path:
 
 
 def load_report(directory=None):
-    """(markdown or html, kind, note) of the reproduced results, or (None, None, reason)."""
+    """(markdown of the reproduced results, None) or (None, reason they are missing)."""
     directory = pathlib.Path(directory) if directory else results_dir()
     if not directory.is_dir():
-        return None, None, f"No reproduced results yet: `{directory.name}/` does not exist."
+        return None, f"No reproduced results yet: `{directory.name}/` does not exist."
     try:
         from tpo_core import report
     except ImportError:
-        return None, None, "No reproduced results yet: `tpo_core.report` is not available in this checkout."
+        return None, "No reproduced results yet: `tpo_core.report` is not available in this checkout."
     try:
         summaries = report.load_summaries(directory)
+    except ValueError as e:  # no summary.json anywhere below the folder
+        return None, f"No reproduced results yet ({e})."
     except Exception as e:  # a half-written results folder must not take the tab down
-        return None, None, f"Could not read the reproduced results in `{directory.name}/`: {e}"
-    if not summaries:
-        return None, None, f"No reproduced results yet: `{directory.name}/` holds no summaries."
-    if hasattr(report, "to_html"):
-        try:
-            return report.to_html(summaries), "html", None
-        except Exception as e:
-            err = e
-    if hasattr(report, "to_markdown"):
-        try:
-            return report.to_markdown(summaries), "markdown", None
-        except Exception as e:
-            err = e
-    return None, None, f"Could not render the reproduced results: {err}"
+        return None, f"Could not read the reproduced results in `{directory.name}/`: {e}"
+    try:
+        return report.to_markdown(summaries), None
+    except Exception as e:
+        return None, f"Could not render the reproduced results: {e}"
 
 
 def figure_files(directory=None) -> list:
-    """Reproduced figures committed as images under results/ (png/svg), newest first."""
+    """The presets' self-contained plotly pages (``results/<preset>/figure.html``), by preset name."""
     directory = pathlib.Path(directory) if directory else results_dir()
     if not directory.is_dir():
         return []
-    files = [p for ext in ("png", "svg", "jpg") for p in directory.rglob(f"*.{ext}")]
-    return sorted(files, key=lambda p: p.stat().st_mtime, reverse=True)[:12]
+    return sorted(directory.rglob("figure.html"))
+
+
+def figure_iframe(path) -> str:
+    """An iframe showing one figure page, served by Gradio from the allowed results folder."""
+    if not path:
+        return ""
+    import html
+
+    p = pathlib.Path(path).resolve()
+    return (f'<iframe src="/gradio_api/file={html.escape(str(p))}" style="width:100%;height:560px;border:0" '
+            f'title="{html.escape(p.parent.name)}"></iframe>')

@@ -194,3 +194,18 @@ def test_episode_scrubber_redraws_the_tracked_group():
     assert "episode 0" in fig0.layout.title.text and "episode 3" in fig3.layout.title.text
     q3 = [t for t in fig3.data if t.name.startswith("q")][0].y
     np.testing.assert_allclose(np.asarray(q3), hist["metrics"]["tpo"]["track_q"][0, 3, 0], rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# paper tab
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("make_dir", [False, True])
+def test_paper_tab_without_results_shows_the_papers_numbers_labelled(tmp_path, monkeypatch, make_dir):
+    target = tmp_path / "results"
+    if make_dir:
+        target.mkdir()  # exists but holds no summary.json
+    monkeypatch.setenv("TPO_RESULTS_DIR", str(target))
+    md, figs, frame = app.paper_view()
+    assert "No reproduced results yet" in md
+    assert "The paper's published numbers" in md and "| TPO | 6.9 | 8.6 | 6.1 | 7.4 |" in md
+    assert figs == [] and frame == ""
