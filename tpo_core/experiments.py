@@ -575,12 +575,13 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
     for i, run in enumerate(runs):
         h = run.config_hash()
         path = out / run.filename if out is not None else None
+        source = "an identical run above" if h in memo else (path.name if path is not None else "")
         cached = memo.get(h) or (_load_cached(path, h) if path is not None and path.exists() else None)
         if cached is not None:
             curves, info = cached
             info = dict(info, resumed=True)
             if main:
-                log(f"[{name}] {run.key}: found {path.name if path else 'in memory'} (hash {h}), skipped")
+                log(f"[{name}] {run.key}: found {source} (hash {h}), skipped")
         else:
             bar = None
             if progress and main:
@@ -591,10 +592,11 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
             if bar is not None:
                 bar.close()
             info = dict(info, resumed=False)
-            if path is not None and main:
-                results.write_npz(path, config_hash=np.array(h), info=np.array(json.dumps(info)),
-                                  config=np.array(json.dumps(dataclasses.asdict(run.cfg), default=str)),
-                                  seeds=np.array(run.seeds), **{f"curve_{k}": v for k, v in curves.items()})
+        # a fresh run, or one identical to an earlier run of this preset whose own file is missing or stale
+        if path is not None and main and (not info["resumed"] or _load_cached(path, h) is None):
+            results.write_npz(path, config_hash=np.array(h), info=np.array(json.dumps(info)),
+                              config=np.array(json.dumps(dataclasses.asdict(run.cfg), default=str)),
+                              seeds=np.array(run.seeds), **{f"curve_{k}": v for k, v in curves.items()})
         memo[h] = (curves, info)
         all_curves[run.key], infos[run.key] = curves, info
     summary = summarize(preset, budget, note, runs, all_curves, infos, command=command,
