@@ -25,7 +25,7 @@ train: venv  ## a short live training run from the CLI
 	$(BIN)/python -m tpo_core train --task reversal --reward terminal --method tpo --H 6 --episodes 200 --seeds 2
 
 test: venv  ## the whole test suite
-	$(BIN)/python -m pytest -q -x --timeout 900 tests
+	$(BIN)/python -m pytest -q --timeout 1800 tests
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow and not browser" tests

@@ -51,6 +51,7 @@ class TokenConfig:
     layers: int = 2
     ffn: int = 256
     track: int = 2                # groups whose p and q are recorded each episode
+    old_logp: str = "sampling"    # behaviour log-probs kept from sampling (KV path), or "teacher_forced"
     reward_noise: float = 0.0     # std of Gaussian noise added to group/candidate scores (0 = paper)
 
     def __post_init__(self):
@@ -72,6 +73,8 @@ class TokenConfig:
         _require(isinstance(self.beta, (int, float)) and self.beta >= 0, "beta", "must be >= 0", self.beta)
         _require(self.optimizer in ("muon", "adam"), "optimizer", "must be 'muon' or 'adam'", self.optimizer)
         _int("track", self.track, 0)
+        _require(self.old_logp in ("teacher_forced", "sampling"), "old_logp",
+                 "must be 'teacher_forced' or 'sampling'", self.old_logp)
         _require(isinstance(self.reward_noise, (int, float)) and not isinstance(self.reward_noise, bool)
                  and math.isfinite(self.reward_noise) and self.reward_noise >= 0,
                  "reward_noise", "must be a finite number >= 0", self.reward_noise)

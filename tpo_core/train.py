@@ -140,7 +140,10 @@ def make_token_program(cfg: TokenConfig) -> Program:
     def rollout(params, key, e):
         kp, ksmp, kc = jax.random.split(jax.random.fold_in(key, e), 3)
         prompts = jax.random.randint(kp, (B, H), 0, V)
-        answers, logp_full_old = model(params).sample(prompts, ksmp, ks)      # [B, ks, H], [B, ks, H, V]
+        policy = model(params)
+        answers, logp_full_old = policy.sample(prompts, ksmp, ks)             # [B, ks, H], [B, ks, H, V]
+        if cfg.old_logp == "teacher_forced":  # recompute with the loss's own forward (+1 forward per episode)
+            logp_full_old = policy.answer_logprobs(prompts, answers)
         target = tasks.target_tokens(prompts, cfg.target, V)                   # [B, H]
         correct = answers == target[:, None, :]
         rewards = tasks.token_rewards(correct, cfg.reward)                     # [B, ks, H]
