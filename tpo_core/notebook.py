@@ -60,6 +60,6 @@ def timed_run(program, seeds, n):
     carry, metrics = compiled(carry, 0, *program.data)
     metrics = jax.block_until_ready(metrics)
     t2 = time.perf_counter()
-    print(f"compile {t1 - t0:.1f} s, run {t2 - t1:.1f} s ({len(list(seeds))} seeds x {n} {program.unit}s)")
+    print(f"compile {t1 - t0:.1f} s, run {t2 - t1:.1f} s ({len(list(seeds))} seeds x {n} {program.unit})")
     program.final_carry = carry
     return jax.tree.map(np.asarray, metrics)

@@ -55,7 +55,7 @@ class Program:
     init: Callable
     chunk: Callable                 # (carry, start, n, *data) -> (carry, metrics with [S, n, ...])
     data: tuple = ()                # arrays passed to every chunk (bandit images)
-    unit: str = "episode"
+    unit: str = "episodes"
     final_carry: object = None
 
     def run(self, seeds: Sequence[int], n: int, chunk_size: int | None = None) -> Iterator[tuple[int, dict]]:
@@ -284,7 +284,7 @@ def make_bandit_program(cfg: BanditConfig, dataset) -> Program:
         return shard_seeds(jax.jit(jax.vmap(init_one))(seed_keys(seeds)), len(seeds))
 
     data = tuple(jnp.asarray(a) for a in (dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test))
-    return Program(init=init, chunk=chunk, data=data, unit=f"{cfg.eval_every} steps")
+    return Program(init=init, chunk=chunk, data=data, unit=f"blocks of {cfg.eval_every} steps")
 
 
 # --------------------------------------------------------------------------------------------
