@@ -11,6 +11,12 @@ SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
 if "TPO_DATA_DIR" not in os.environ and SHARED_MNIST.is_dir():
     os.environ["TPO_DATA_DIR"] = str(SHARED_MNIST)
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+# A persistent JAX compile cache private to this test session (shared with the servers and CLIs the tests
+# start), so no other process on the machine writes into the cache the tests read.
+if "TPO_JAX_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["TPO_JAX_CACHE"] = tempfile.mkdtemp(prefix="tpo-jax-cache-")
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
