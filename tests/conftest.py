@@ -18,6 +18,13 @@ if "TPO_JAX_CACHE" not in os.environ:
 
     os.environ["TPO_JAX_CACHE"] = tempfile.mkdtemp(prefix="tpo-jax-cache-")
 
+# The pytest process itself never turns the persistent cache on: switching it on mid-process, after other
+# tests had compiled, made a later cache write abort the interpreter (JAX 0.10.2, CPU). The servers, CLIs and
+# notebook kernels the tests start still use the session cache above from their first compile.
+import tpo_core.train as _train  # noqa: E402
+
+_train.enable_compile_cache = lambda path=None: None
+
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
