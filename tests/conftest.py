@@ -23,7 +23,10 @@ if "TPO_JAX_CACHE" not in os.environ:
 # notebook kernels the tests start still use the session cache above from their first compile.
 import tpo_core.train as _train  # noqa: E402
 
-_train.enable_compile_cache = lambda path=None: None
+import tpo_core  # noqa: E402
+import tpo_core.notebook as _notebook  # noqa: E402
+
+_train.enable_compile_cache = tpo_core.enable_compile_cache = _notebook.enable_compile_cache = lambda path=None: None
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
