@@ -24,11 +24,11 @@ demo: venv  ## the Gradio app on http://127.0.0.1:7860
 train: venv  ## a short live training run from the CLI
 	$(BIN)/python -m tpo_core train --task reversal --reward terminal --method tpo --H 6 --episodes 200 --seeds 2
 
-test: venv  ## the whole test suite
-	$(BIN)/python -m pytest -q --timeout 1800 tests
+test: venv  ## the whole test suite, one pytest process per file (see tests/run_suite.py)
+	$(BIN)/python tests/run_suite.py
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow and not browser" tests
+	$(BIN)/python tests/run_suite.py -m "not slow and not browser"
 
 book: venv  ## build the Jupyter Book (quick mode on CPU)
 	TPO_QUICK=$${TPO_QUICK:-1} $(BIN)/python -m book.build
