@@ -34,16 +34,21 @@ class InputError(ValueError):
 # --------------------------------------------------------------------------------------------
 # validation and parsing
 # --------------------------------------------------------------------------------------------
-def check_k(K, max_k: int = MAX_K) -> int:
+def check_int(name: str, value, lo: int, hi: int) -> int:
+    """A whole number in [lo, hi] (floats such as 8.0 from a slider are accepted); InputError naming it."""
     try:
-        k = float(K)
+        v = float(value)
     except (TypeError, ValueError):
-        raise InputError(f"K must be a whole number between 2 and {max_k}, got {K!r}") from None
-    if not math.isfinite(k) or k != int(k):
-        raise InputError(f"K must be a whole number between 2 and {max_k}, got {K!r}")
-    if not 2 <= k <= max_k:
-        raise InputError(f"K must be between 2 and {max_k}, got {int(k)}")
-    return int(k)
+        raise InputError(f"{name} must be a whole number between {lo} and {hi}, got {value!r}") from None
+    if not math.isfinite(v) or v != int(v):
+        raise InputError(f"{name} must be a whole number between {lo} and {hi}, got {value!r}")
+    if not lo <= v <= hi:
+        raise InputError(f"{name} must be between {lo} and {hi}, got {int(v)}")
+    return int(v)
+
+
+def check_k(K, max_k: int = MAX_K) -> int:
+    return check_int("K", K, 2, max_k)
 
 
 def check_eta(eta, max_eta: float = MAX_ETA) -> float:

@@ -21,7 +21,7 @@ from tpo_core import methods as M
 from tpo_core import plotting
 from tpo_core.config import BanditConfig, TokenConfig
 
-from .explorer import InputError
+from .explorer import InputError, check_int
 
 TASKS = ("token reversal", "MNIST bandit")
 REWARDS = ("terminal", "sequential", "bag")
@@ -54,18 +54,6 @@ class Request:
         return "episode" if self.task == "token reversal" else "step"
 
 
-def _int_input(name, value, lo, hi):
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a whole number between {lo} and {hi}, got {value!r}") from None
-    if not math.isfinite(v) or v != int(v):
-        raise InputError(f"{name} must be a whole number between {lo} and {hi}, got {value!r}")
-    if not lo <= v <= hi:
-        raise InputError(f"{name} must be between {lo} and {hi}, got {int(v)}")
-    return int(v)
-
-
 def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episodes=300, n_seeds=1, seed=0,
              bandit_steps=3000) -> Request:
     """Turn raw UI values into a :class:`Request`, or raise :class:`InputError` naming the input."""
@@ -87,17 +75,17 @@ def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episode
         raise InputError(f"η must be > 0, got {eta!r}")
     if eta_f > 100:
         raise InputError(f"η must be at most 100, got {eta_f:g}")
-    n_seeds = _int_input("seeds", n_seeds, 1, MAX_SEEDS)
-    seed = _int_input("seed", seed, 0, 2**31 - 1)
+    n_seeds = check_int("seeds", n_seeds, 1, MAX_SEEDS)
+    seed = check_int("seed", seed, 0, 2**31 - 1)
     seeds = tuple(range(seed, seed + n_seeds))
     configs = []
     if task == "token reversal":
         if reward not in REWARDS:
             raise InputError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}")
-        H = _int_input("H", H, H_MIN, H_MAX)
-        K = _int_input("K", K, 2, MAX_TRAIN_K)
-        B = _int_input("B", B, 1, MAX_B)
-        episodes = _int_input("episodes", episodes, 1, MAX_EPISODES)
+        H = check_int("H", H, H_MIN, H_MAX)
+        K = check_int("K", K, 2, MAX_TRAIN_K)
+        B = check_int("B", B, 1, MAX_B)
+        episodes = check_int("episodes", episodes, 1, MAX_EPISODES)
         for m in methods:
             if m not in M.TOKEN_METHODS:
                 raise InputError(f"methods: {m!r} does not run on the token task; choose from "
@@ -111,7 +99,7 @@ def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episode
                 raise InputError(str(e)) from None
             configs.append((m, cfg.interaction_matched()))
         return Request(task, tuple(configs), seeds, episodes)
-    steps = _int_input("MNIST steps", bandit_steps, BANDIT_EVAL_EVERY, MAX_BANDIT_STEPS)
+    steps = check_int("MNIST steps", bandit_steps, BANDIT_EVAL_EVERY, MAX_BANDIT_STEPS)
     if steps % BANDIT_EVAL_EVERY:
         raise InputError(f"MNIST steps must be a multiple of {BANDIT_EVAL_EVERY}, got {steps}")
     for m in methods:

@@ -90,20 +90,45 @@ def curves_figure(runs: dict, *, title: str = "", y_title: str = "error", x=None
 
     fig = go.Figure()
     scale = 100.0 if percent else 1.0
-    for name, curves in runs.items():
-        mean, se = mean_and_se(curves)
+    stats = {name: mean_and_se(curves) for name, curves in runs.items()}
+    floor = _log_floor([scale * m for m, _ in stats.values()]) if log_y else None
+    clipped = False
+    for name, (mean, se) in stats.items():
         xs = np.arange(mean.shape[0]) if x is None else np.asarray(x)
         c = color(name)
-        fig.add_trace(go.Scatter(x=np.concatenate([xs, xs[::-1]]),
-                                 y=scale * np.concatenate([mean + se, (mean - se)[::-1]]),
+        y, lo, hi = scale * mean, scale * (mean - se), scale * (mean + se)
+        if floor is not None:
+            # A log axis drops zeros (TPO's all-fail gradient is exactly 0): draw them at the floor instead,
+            # and keep the true value in the hover text.
+            clipped |= bool(np.any(y < floor))
+            y_plot, lo, hi = np.maximum(y, floor), np.maximum(lo, floor), np.maximum(hi, floor)
+        else:
+            y_plot = y
+        fig.add_trace(go.Scatter(x=np.concatenate([xs, xs[::-1]]), y=np.concatenate([hi, lo[::-1]]),
                                  fill="toself", fillcolor=c, opacity=0.15, line=dict(width=0),
                                  hoverinfo="skip", showlegend=False, legendgroup=name))
-        fig.add_trace(go.Scatter(x=xs, y=scale * mean, name=name, line=dict(color=c, width=2), legendgroup=name))
+        fig.add_trace(go.Scatter(x=xs, y=y_plot, customdata=y, name=name, line=dict(color=c, width=2),
+                                 legendgroup=name, hovertemplate="%{x}: %{customdata:.3g}<extra>" + name + "</extra>"))
     fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title + (" (%)" if percent else ""),
                       height=380, margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.2))
     if log_y:
         fig.update_yaxes(type="log")
+        if clipped:
+            fig.add_annotation(text=f"values below {floor:.0e} (including exact 0) drawn at {floor:.0e}",
+                               xref="paper", yref="paper", x=0, y=1.0, xanchor="left", yanchor="bottom",
+                               showarrow=False, font=dict(size=10, color="#666"))
     return fig
+
+
+def _log_floor(series) -> float:
+    """Floor for a log axis: a decade below the smallest positive value, never below 1e-12 of the largest."""
+    vals = np.concatenate([np.ravel(np.asarray(v, float)) for v in series]) if series else np.zeros(0)
+    vals = vals[np.isfinite(vals)]
+    pos = vals[vals > 0]
+    if pos.size == 0:
+        return 1e-12
+    lo = 10.0 ** (np.floor(np.log10(pos.min())) - 1)
+    return float(max(lo, pos.max() * 1e-12))
 
 
 def group_bars(p_old, u, q, p=None, *, title: str = ""):
