@@ -28,6 +28,16 @@ import tpo_core.notebook as _notebook  # noqa: E402
 
 _train.enable_compile_cache = tpo_core.enable_compile_cache = _notebook.enable_compile_cache = lambda path=None: None
 
+
+
+@pytest.fixture(autouse=True)
+def _stay_below_the_memory_map_limit():
+    """Free compiled programs between tests once the process holds half of vm.max_map_count (every XLA CPU
+    program holds ~1k memory maps; a long pytest process otherwise crashes in a later compile)."""
+    yield
+    _train.release_compiled()
+
+
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 

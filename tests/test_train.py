@@ -170,3 +170,27 @@ def test_bandit_tpo_learns_mnist():
     assert m["test_error"].shape == (2, 3)
     assert m["test_error"][:, -1].mean() < 0.15
     assert np.all(m["test_error"][:, -1] < m["test_error"][:, 0] + 0.02)
+
+
+@pytest.mark.skipif(tpo_core.train.memory_map_count() is None, reason="needs /proc/self/maps (Linux)")
+def test_release_compiled_frees_the_memory_maps_of_compiled_programs():
+    """Each compiled program holds ~1k memory maps; past vm.max_map_count the next compile crashes XLA."""
+    from tpo_core import train
+
+    cfg = TokenConfig(method="grpo", **dict(TINY, H=4))
+    first = train_tokens(cfg, seeds=(0,))
+    held = train.memory_map_count()
+    assert train.release_compiled(force=True)
+    assert held - train.memory_map_count() > 300
+    again = train_tokens(cfg, seeds=(0,))          # recompiled from scratch: same numbers
+    np.testing.assert_array_equal(first["loss"], again["loss"])
+
+
+def test_programs_are_cached_until_the_map_budget_is_used(monkeypatch):
+    from tpo_core import train
+
+    cfg = TokenConfig(method="tpo", **dict(TINY, H=5))
+    assert make_token_program(cfg) is make_token_program(cfg)
+    if train.memory_map_count() is not None:
+        monkeypatch.setattr(train, "MAP_BUDGET_FRACTION", 0.0)   # as if at the limit: every call frees first
+        assert make_token_program(cfg) is not make_token_program(cfg)

@@ -95,6 +95,49 @@ def enable_compile_cache(path: str | None = None) -> str:
     return path
 
 
+# XLA's CPU backend maps every compiled kernel into its own memory regions: one Transformer training program
+# holds ~1,300 of the process's memory maps until it is freed. Linux allows vm.max_map_count (65,530 by
+# default) per process; past it the next compile crashes the interpreter (SIGSEGV / SIGABRT inside XLA).
+# A process that compiles many configurations (a long preset, the demo server, a notebook sweep) therefore
+# frees its compiled programs when it has used half of the limit; they recompile on next use (seconds, or
+# about one second from the persistent compile cache).
+MAP_BUDGET_FRACTION = 0.5
+
+
+def memory_map_count() -> int | None:
+    """How many memory maps this process holds (Linux; None elsewhere)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return None
+
+
+def _max_map_count() -> int:
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 65530
+
+
+def release_compiled(force: bool = False) -> bool:
+    """Free every compiled program (ours and JAX's jit caches) if this process holds more than
+    ``MAP_BUDGET_FRACTION`` of the kernel's memory-map limit, or always with ``force``. Returns whether
+    it freed them. Programs already handed out keep working; later calls recompile."""
+    if not force:
+        n = memory_map_count()
+        if n is None or n < MAP_BUDGET_FRACTION * _max_map_count():
+            return False
+    import gc
+
+    _token_program.cache_clear()
+    _bandit_program.cache_clear()
+    jax.clear_caches()
+    gc.collect()
+    return True
+
+
 def seed_keys(seeds: Sequence[int]):
     return jnp.stack([jax.random.key(int(s)) for s in seeds])
 
@@ -120,8 +163,14 @@ def _transformer(cfg: TokenConfig, key):
     return Transformer(cfg.V, cfg.H, cfg.d_model, cfg.heads, cfg.layers, cfg.ffn, rngs=nnx.Rngs(key))
 
 
-@functools.lru_cache(maxsize=64)
 def make_token_program(cfg: TokenConfig) -> Program:
+    """The compiled-once program of a token-task configuration (cached per configuration)."""
+    release_compiled()
+    return _token_program(cfg)
+
+
+@functools.lru_cache(maxsize=64)
+def _token_program(cfg: TokenConfig) -> Program:
     spec, hp = cfg.spec, cfg.hp
     B, H, V, K, E = cfg.B, cfg.H, cfg.V, cfg.K, cfg.n_epochs
     ks = cfg.samples_per_prompt
@@ -233,8 +282,14 @@ def make_token_program(cfg: TokenConfig) -> Program:
 # --------------------------------------------------------------------------------------------
 # MNIST contextual bandit
 # --------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=32)
 def make_bandit_program(cfg: BanditConfig, dataset) -> Program:
+    """The compiled-once program of a bandit configuration on ``dataset`` (cached per pair)."""
+    release_compiled()
+    return _bandit_program(cfg, dataset)
+
+
+@functools.lru_cache(maxsize=32)
+def _bandit_program(cfg: BanditConfig, dataset) -> Program:
     spec, hp = methods.get(cfg.method), cfg.hp
     in_dim = dataset.x_train.shape[1]
     tx = optax.adam(cfg.lr)
