@@ -6,8 +6,13 @@ and book helper crashed natively in CI (SIGSEGV / SIGABRT inside XLA) once it cr
 ``tpo_core.train.release_compiled`` now frees compiled programs at half the limit; a fresh process per
 file also keeps a native crash, should one happen, to the file it happened in.
 
-Why two at a time: most of the suite's time is XLA compilation, which runs on one core, so two files in
-parallel use both cores of the CI machine. The two book files share one build and run in order in one job.
+Why two at a time: the book build (one job: the two book files share one build and run in order) takes as
+long as all the other files together, and overlapping them saves about a sixth of the wall time.
+
+Why ``--xla_backend_optimization_level=0`` for every file but the book's: the tests train tiny models for a
+few episodes, so their time is XLA compilation, and LLVM at O0 compiles a training program in ~6.7 s instead
+of ~10.5 s. The book keeps the default level: its cells time real training runs. ``TPO_TEST_XLA_OPT=default``
+turns this off.
 
 Usage: python tests/run_suite.py [--jobs N] [extra pytest args]   (`make test` runs it with no arguments)
 """
@@ -42,12 +47,22 @@ def jobs_of(files: list[pathlib.Path]) -> list[tuple[pathlib.Path, ...]]:
     return jobs
 
 
+FAST_COMPILE = "--xla_backend_optimization_level=0"
+
+
+def file_env(path: pathlib.Path) -> dict:
+    env = dict(os.environ)
+    if not path.name.startswith("test_book_") and env.get("TPO_TEST_XLA_OPT") != "default":
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + FAST_COMPILE).strip()
+    return env
+
+
 def run_file(path: pathlib.Path, argv: list[str]) -> tuple[str, int, float]:
     """One pytest process; its output is printed in one block when it ends (no interleaving)."""
     cmd = [sys.executable, "-m", "pytest", "-q", "--timeout", "1800", "-p", "no:cacheprovider", str(path), *argv]
     t0 = time.perf_counter()
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as out:
-        rc = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT)
+        rc = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, env=file_env(path))
         out.seek(0)
         text = out.read()
     dt = time.perf_counter() - t0
