@@ -46,6 +46,9 @@ def test_train_writes_json_atomically(tmp_path):
     assert data["config"]["H"] == 3 and data["seeds"] == [0, 1]
     assert np.asarray(data["metrics"]["error"]).shape == (2, 6)
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]  # no temporary left behind
+    mask = os.umask(0)
+    os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~mask          # as open() would create it, not mkstemp's 0600
 
 
 def test_train_bandit_npz(tmp_path):

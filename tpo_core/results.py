@@ -9,6 +9,15 @@ import tempfile
 import numpy as np
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()  # read once at import: os.umask is process-wide, so never toggle it while threads run
+
+
 def _atomic_write(path, write) -> pathlib.Path:
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -18,6 +27,7 @@ def _atomic_write(path, write) -> pathlib.Path:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)   # mkstemp's 0600 -> what open() would have given
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
