@@ -18,16 +18,15 @@ if "TPO_JAX_CACHE" not in os.environ:
 
     os.environ["TPO_JAX_CACHE"] = tempfile.mkdtemp(prefix="tpo-jax-cache-")
 
-# The pytest process itself never turns the persistent cache on: switching it on mid-process, after other
-# tests had compiled, made a later cache write abort the interpreter (JAX 0.10.2, CPU). The servers, CLIs and
-# notebook kernels the tests start still use the session cache above from their first compile.
+# The pytest process itself never turns the persistent cache on (a precaution: the aborts once blamed on it
+# were the memory-map limit, see tpo_core.train.release_compiled). The servers, CLIs and notebook kernels the
+# tests start still use the session cache above from their first compile.
 import tpo_core.train as _train  # noqa: E402
 
 import tpo_core  # noqa: E402
 import tpo_core.notebook as _notebook  # noqa: E402
 
 _train.enable_compile_cache = tpo_core.enable_compile_cache = _notebook.enable_compile_cache = lambda path=None: None
-
 
 
 @pytest.fixture(autouse=True)

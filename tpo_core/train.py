@@ -83,8 +83,7 @@ def chunk_plan(n: int, requested: int | None) -> int:
 
 def enable_compile_cache(path: str | None = None) -> str:
     """Turn on JAX's persistent compilation cache (default ``~/.cache/tpo_core/jax``) so a second
-    process reuses compiled runs; the CLI, the demo and the book call this. Call it before the process
-    compiles anything: switching the cache on mid-process was seen to abort a later cache write."""
+    process reuses compiled runs; the CLI, the demo and the book call this, before their first compile."""
     import os
     import pathlib
 
