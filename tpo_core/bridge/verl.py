@@ -70,16 +70,18 @@ GUARD_TOL = 1e-4  # |Σ u/η| allowed per chunk, relative to Σ |u/η| (float32 
 
 
 def _config_get(config, key: str, default):
+    """``config.key`` for dataclass / omegaconf configs, ``config[key]`` for mappings; default when absent."""
     if config is None:
         return default
-    getter = getattr(config, "get", None)
-    if getter is not None:
+    try:
+        value = getattr(config, key)
+    except Exception:  # noqa: BLE001 - AttributeError, omegaconf's struct-mode errors
+        getter = getattr(config, "get", None)
         try:
-            value = getter(key, default)
-        except Exception:  # noqa: BLE001 - omegaconf struct configs raise on unknown keys
+            value = getter(key, default) if getter is not None else default
+        except Exception:  # noqa: BLE001
             value = default
-        return default if value is None else value
-    return getattr(config, key, default)
+    return default if value is None else value
 
 
 def _row_scores(token_level_rewards: torch.Tensor) -> torch.Tensor:
