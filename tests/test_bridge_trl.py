@@ -218,3 +218,96 @@ def test_trainer_loss_is_the_engines_tpo_loss_and_decomposed_matches_exact_at_th
     grad_dec = torch.cat([p.grad.reshape(-1).clone() for p in model.parameters()])
     assert n == 8 and grad_exact.abs().max() > 0
     torch.testing.assert_close(grad_dec, grad_exact, rtol=1e-3, atol=1e-6)
+
+
+TRAINER_WORKER = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    import torch
+    import transformers
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tpo_core.bridge.trl import TargetPOConfig, TargetPOTrainer
+
+    out = sys.argv[1]
+    rank = int(os.environ["RANK"])
+    words = [f"w{i}" for i in range(60)]
+    good = set(words[:20])
+    vocab = {"[PAD]": 0, "[BOS]": 1, "[EOS]": 2, "[UNK]": 3, **{w: i + 4 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", bos_token="[BOS]",
+                                                     eos_token="[EOS]", unk_token="[UNK]", padding_side="left")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                   pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = transformers.LlamaForCausalLM(cfg)
+    if rank == 0:
+        torch.save(model.state_dict(), os.path.join(out, "init.pt"))
+
+    def reward(completions, **_):
+        return [float(sum(w in good for w in c.split())) for c in completions]
+
+    class Recording(TargetPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            o = super()._generate_and_score_completions(inputs)
+            keep = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "tpo_scores", "tpo_group_id")
+            torch.save({k: o[k].cpu() for k in keep}, os.path.join(out, f"rows{rank}.pt"))
+            return o
+
+    # 2 rows per process, K = 4: the one group of each step spans both processes
+    args = TargetPOConfig(output_dir=out, per_device_train_batch_size=2, num_generations=4, steps_per_generation=1,
+                          gradient_accumulation_steps=1, max_steps=1, learning_rate=0.1, optim="sgd",
+                          lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0, max_completion_length=6,
+                          report_to=[], save_strategy="no", use_cpu=True, bf16=False, seed=0, eta=1.0,
+                          logging_steps=1, disable_tqdm=True, tpo_mode="exact")
+    prompts = ["w1 w2 w3", "w4 w5 w6", "w7 w8 w9", "w10 w11 w12"]
+    trainer = Recording(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_dict({"prompt": prompts}),
+                        processing_class=tokenizer)
+    assert trainer._tpo_spans_processes
+    trainer.train()
+    if rank == 0:
+        torch.save(trainer.model.state_dict(), os.path.join(out, "final.pt"))
+""")
+
+
+def test_two_process_trainer_exact_mode_update_is_the_full_group_gradient(tmp_path):
+    """torchrun, 2 CPU processes (gloo), one group of 4 split 2 + 2: one SGD step equals -lr ∇ of the group loss."""
+    import transformers
+
+    script = tmp_path / "trainer_worker.py"
+    script.write_text(TRAINER_WORKER)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+           f"--master_port={_free_port()}", str(script), str(tmp_path)]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
+    rows = [torch.load(tmp_path / f"rows{r}.pt") for r in (0, 1)]
+    assert [r["tpo_group_id"].tolist() for r in rows] == [[0, 0], [0, 0]]    # one group across the processes
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                   pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = transformers.LlamaForCausalLM(cfg)
+    model.load_state_dict(torch.load(tmp_path / "init.pt"))
+    seqs = []
+    for r in rows:                                                          # independent token-sum log-probs
+        ids = torch.cat([r["prompt_ids"], r["completion_ids"]], 1)
+        att = torch.cat([r["prompt_mask"], r["completion_mask"]], 1)
+        t = r["completion_ids"].shape[1]
+        logits = model(input_ids=ids, attention_mask=att).logits[:, -t - 1:-1]
+        tok = torch.log_softmax(logits, -1).gather(-1, r["completion_ids"][..., None]).squeeze(-1)
+        seqs.append((tok * r["completion_mask"]).sum(-1))
+    seq = torch.cat(seqs)
+    scores = torch.cat([r["tpo_scores"] for r in rows]).float()
+    assert scores.std() > 0, "the sampled group carries no signal; pick another seed"
+    q = torch.tensor(np.asarray(L.tpo_target(jnp.asarray(seq.detach().numpy()[None]),
+                                             jnp.asarray(scores.numpy()[None]), 1.0))[0])
+    loss = -(q * torch.log_softmax(seq, -1)).sum()
+    loss.backward()
+    final = torch.load(tmp_path / "final.pt")
+    for name, p in model.named_parameters():
+        step = p.detach() - final[name]                                     # SGD: θ_0 - θ_1 = lr · ∇L
+        torch.testing.assert_close(step, 0.1 * p.grad, rtol=2e-3, atol=2e-7, msg=name)
+    assert max(p.grad.abs().max().item() for p in model.parameters()) > 1e-4
