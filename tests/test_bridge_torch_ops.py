@@ -4,9 +4,8 @@ Two references, both computed without the code under test:
 * float64: a JAX transcription of arXiv 2604.06159 §3 written here in f64 (``jax.enable_x64(True)`` only
   inside each test) and ``jax.grad`` of it; agreement to 1e-10. ``tpo_core.losses`` itself computes
   the target in float32 by design (``standardize`` casts), so it cannot be a 1e-10 reference;
-* float32: ``tpo_core.losses.tpo_loss`` and ``jax.grad`` of it, agreement to 1e-5 relative to the
-  size of the numbers involved (the target's logits log p_old + u/η reach 3e4 at η = 1e-3, where
-  one float32 ulp is 2e-3: no two float32 programs agree better than that).
+* float32: ``tpo_core.losses.tpo_loss`` and ``jax.grad`` of it, agreement to 1e-5 (loss relative,
+  gradient absolute; measured worst cases are ≈ 2e-6 at η = 1e-3).
 """
 import math
 import subprocess
@@ -125,11 +124,8 @@ def test_float32_matches_the_jax_engine_to_1e_5(case):
     ref_grad = np.asarray(jax.grad(L.tpo_loss)(*args))
     val, grad = _torch_loss_and_grad(f32(logp), f32(logp_old), f32(scores), eta, np.ones_like(logp, bool),
                                      torch.float32)
-    # float32 carries ~6e-8 relative error on every number: scale the tolerance by the largest one
-    u_max = math.sqrt(logp.shape[-1])  # |u| <= sqrt(K - 1)
-    scale = max(1.0, np.abs(logp).max(), np.abs(logp_old).max(), u_max / eta)
-    assert abs(val - ref) <= 1e-5 * max(1.0, abs(ref)) * max(1.0, scale / 100)
-    np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=1e-5 * max(1.0, scale / 100))
+    assert abs(val - ref) <= 1e-5 * max(1.0, abs(ref))
+    np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=1e-5)
 
 
 # ---- closed forms -----------------------------------------------------------------------------
@@ -237,5 +233,13 @@ def test_torch_ops_imports_no_jax():
             "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
             "import torch\n"
             "m.tpo_loss(torch.zeros(1, 3), torch.zeros(1, 3), torch.tensor([[1.0, 0.0, 0.0]]))\n"
+            "assert 'jax' not in sys.modules, 'jax imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.xfail(strict=False, reason="tpo_core/__init__.py imports the JAX engine eagerly, so `import "
+                   "tpo_core.bridge...` pulls in jax; a lazy tpo_core/__init__ (PEP 562 __getattr__) fixes it")
+def test_importing_the_bridge_package_imports_no_jax():
+    code = ("import sys\nimport tpo_core.bridge.torch_ops, tpo_core.bridge.verl\n"
             "assert 'jax' not in sys.modules, 'jax imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
