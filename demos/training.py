@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy as np
 
 from tpo_core import methods as M
-from tpo_core import plotting
+from tpo_core import plotting, runtime
 from tpo_core.config import BanditConfig, TokenConfig
 
 from .explorer import InputError, check_int
@@ -115,6 +115,7 @@ def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episode
 # so a user and the startup warm-up never compile the same thing twice
 # --------------------------------------------------------------------------------------------
 _compiled: set = set()
+runtime.register_cache(_compiled.clear)  # after tpo_core frees its programs, nothing here is warm
 _locks: dict = collections.defaultdict(threading.Lock)
 _guard = threading.Lock()
 _dataset = None
@@ -136,7 +137,8 @@ def program_for(cfg):
     """The (lru-cached) program of ``cfg``; turns JAX's persistent compile cache on at first use, so
     a configuration compiled by any earlier process (warm-up, tests, a previous server) loads in ≈ 1 s."""
     global _cache_on
-    from tpo_core.train import enable_compile_cache, make_bandit_program, make_token_program
+    from tpo_core.runtime import enable_compile_cache
+    from tpo_core.train import make_bandit_program, make_token_program
 
     if not _cache_on:
         enable_compile_cache()
@@ -168,7 +170,9 @@ def initial_carry(program, cfg, seeds: tuple):
 
 
 def is_warm(cfg, n_seeds: int, n: int) -> bool:
-    return (cfg, n_seeds, n) in _compiled
+    """Whether a chunk of ``n`` episodes for ``n_seeds`` seeds is compiled: programs are keyed on the static
+    part of the config only (η, lr, β, ... are traced), so a new η at a compiled shape is warm."""
+    return (cfg.static, n_seeds, n) in _compiled
 
 
 def run_chunk(program, cfg, carry, start: int, n: int, n_seeds: int):
@@ -179,7 +183,7 @@ def run_chunk(program, cfg, carry, start: int, n: int, n_seeds: int):
         c, m = program.chunk(carry, start, n, *program.data)
         return c, jax.tree.map(np.asarray, m)
 
-    key = (cfg, n_seeds, n)
+    key = (cfg.static, n_seeds, n)
     if key in _compiled:
         return call()
     with _guard:

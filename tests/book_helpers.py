@@ -78,6 +78,8 @@ def ensure_built() -> dict:
         return _result
     if not is_fresh():
         env = dict(os.environ, TPO_QUICK=os.environ.get("TPO_QUICK", "1"), PYTHONPATH=str(ROOT))
+        # the book times real runs: drop the tests' fast-compile flag (tests/conftest.py) for its build
+        env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if "optimization_level" not in f)
         proc = subprocess.run([sys.executable, "-m", "book.build"], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=BUILD_TIMEOUT_S)
         if proc.returncode != 0 or not STAMP.exists():

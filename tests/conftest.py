@@ -11,22 +11,24 @@ SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
 if "TPO_DATA_DIR" not in os.environ and SHARED_MNIST.is_dir():
     os.environ["TPO_DATA_DIR"] = str(SHARED_MNIST)
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-# A persistent JAX compile cache private to this test session (shared with the servers and CLIs the tests
-# start), so no other process on the machine writes into the cache the tests read.
+
+# Fast compiles, set once here before jax is imported: the tests train tiny models for a few episodes, so their
+# time is XLA compilation, and LLVM at O0 compiles a training program in ~6.7 s instead of ~10.5 s. The book
+# build (a subprocess, tests/book_helpers.py) removes the flag: its cells time real runs.
+FAST_COMPILE = "--xla_backend_optimization_level=0"
+if os.environ.get("TPO_TEST_XLA_OPT") != "default" and FAST_COMPILE not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + FAST_COMPILE).strip()
+
+# One compile-cache policy: a persistent JAX cache private to this test session (tests/run_suite.py makes one
+# for all files), on in the pytest processes and in the servers, CLIs and kernels they start.
 if "TPO_JAX_CACHE" not in os.environ:
     import tempfile
 
     os.environ["TPO_JAX_CACHE"] = tempfile.mkdtemp(prefix="tpo-jax-cache-")
 
-# The pytest process itself never turns the persistent cache on (a precaution: the aborts once blamed on it
-# were the memory-map limit, see tpo_core.train.release_compiled). The servers, CLIs and notebook kernels the
-# tests start still use the session cache above from their first compile.
-import tpo_core.train as _train  # noqa: E402
+from tpo_core import runtime  # noqa: E402
 
-import tpo_core  # noqa: E402
-import tpo_core.notebook as _notebook  # noqa: E402
-
-_train.enable_compile_cache = tpo_core.enable_compile_cache = _notebook.enable_compile_cache = lambda path=None: None
+runtime.enable_compile_cache()
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +36,33 @@ def _stay_below_the_memory_map_limit():
     """Free compiled programs between tests once the process holds half of vm.max_map_count (every XLA CPU
     program holds ~1k memory maps; a long pytest process otherwise crashes in a later compile)."""
     yield
-    _train.release_compiled()
+    runtime.release_compiled()
+
+
+def _missing(what: str, how: str):
+    """Data or tools this repository does not ship: a failure under CI=true, a skip elsewhere."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{what} not found ({how})")
+    pytest.skip(f"{what} not found ({how})")
+
+
+@pytest.fixture(scope="session")
+def shared_mnist():
+    """The real MNIST test set (../shared/data/mnist beside the repository, or $TPO_DATA_DIR)."""
+    d = pathlib.Path(os.environ.get("TPO_DATA_DIR", SHARED_MNIST))
+    if not (d / "t10k-labels-idx1-ubyte.gz").exists():
+        _missing("the real MNIST test set", "../shared/data/mnist or $TPO_DATA_DIR; this repository does not ship it")
+    return d
+
+
+@pytest.fixture(scope="session")
+def reference_npz():
+    """The reference implementation's Table-3 curves (../shared/reference or $TPO_REFERENCE_NPZ)."""
+    p = pathlib.Path(os.environ.get("TPO_REFERENCE_NPZ", ROOT.parent / "shared" / "reference"
+                                    / "token_reversal_sparse_reward_results.npz"))
+    if not p.exists():
+        _missing("the reference curves", "../shared/reference or $TPO_REFERENCE_NPZ; downloaded when online")
+    return p
 
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -46,9 +74,7 @@ def chromium_path():
     """Path of the system Chromium. Missing: a failure under CI=true, a skip on a developer machine."""
     path = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
     if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("Chromium not found at /usr/bin/chromium (CI installs it with apt-get install chromium)")
-        pytest.skip("Chromium not installed (apt-get install -y chromium)")
+        _missing("Chromium at /usr/bin/chromium", "apt-get install -y chromium; CI installs it")
     return path
 
 

@@ -9,10 +9,8 @@ file also keeps a native crash, should one happen, to the file it happened in.
 Why two at a time: the book build (one job: the two book files share one build and run in order) takes as
 long as all the other files together, and overlapping them saves about a sixth of the wall time.
 
-Why ``--xla_backend_optimization_level=0`` for every file but the book's: the tests train tiny models for a
-few episodes, so their time is XLA compilation, and LLVM at O0 compiles a training program in ~6.7 s instead
-of ~10.5 s. The book keeps the default level: its cells time real training runs. ``TPO_TEST_XLA_OPT=default``
-turns this off.
+The fast-compile XLA flag and the compile-cache policy are set in one place, ``tests/conftest.py``; this
+runner only makes the session's private cache folder, shared by every file.
 
 Usage: python tests/run_suite.py [--jobs N] [extra pytest args]   (`make test` runs it with no arguments)
 """
@@ -47,14 +45,8 @@ def jobs_of(files: list[pathlib.Path]) -> list[tuple[pathlib.Path, ...]]:
     return jobs
 
 
-FAST_COMPILE = "--xla_backend_optimization_level=0"
-
-
 def file_env(path: pathlib.Path) -> dict:
-    env = dict(os.environ)
-    if not path.name.startswith("test_book_") and env.get("TPO_TEST_XLA_OPT") != "default":
-        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + FAST_COMPILE).strip()
-    return env
+    return dict(os.environ)  # the fast-compile flag and the cache policy are set in tests/conftest.py
 
 
 def run_file(path: pathlib.Path, argv: list[str]) -> tuple[str, int, float]:

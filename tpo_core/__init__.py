@@ -14,6 +14,7 @@ from .losses import (clipped_surrogate, cross_entropy_loss, dapo_loss, dg_loss, 
                      tpo_target, tpo_token_loss, vmpo_loss, zero_variance)
 from .methods import BANDIT_METHODS, REGISTRY, TOKEN_METHODS, Method, get as get_method
 from .config import BanditConfig, TokenConfig
-from .train import enable_compile_cache, make_bandit_program, make_token_program, train_bandit, train_tokens
+from .runtime import enable_compile_cache
+from .train import make_bandit_program, make_token_program, train_bandit, train_tokens
 
 __version__ = "0.1.0"

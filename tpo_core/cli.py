@@ -1,4 +1,4 @@
-"""Command line: ``python -m tpo_core train ...`` (and the subcommands other modules register).
+"""Command line: ``python -m tpo_core train | reproduce | report ...``.
 
 Bad input exits with status 2 and one line on stderr, never a traceback.
 """
@@ -12,6 +12,9 @@ import sys
 import time
 
 import numpy as np
+
+from . import atomic_io, config, mnist, report, reproduce, runtime, train
+from .reproduce import stats
 
 TASKS = ("reversal", "mnist")
 
@@ -37,6 +40,34 @@ def _positive_int(name):
     return parse
 
 
+def _nonnegative_int(name):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}")
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 0, got {value}")
+        return value
+    return parse
+
+
+def parse_sweep(items) -> dict | None:
+    """``["eta=0.25,0.5,1", "lr=..."]`` -> ``{"eta": [0.25, 0.5, 1.0], ...}`` (values zipped across knobs)."""
+    if not items:
+        return None
+    sweep = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        if not sep or not name or not values:
+            raise ValueError(f"sweep must look like knob=v1,v2,..., got {item!r}")
+        try:
+            sweep[name.strip()] = [float(v) for v in values.split(",")]
+        except ValueError:
+            raise ValueError(f"sweep {name.strip()} values must be numbers, got {values!r}")
+    return sweep
+
+
 def _add_train(sub):
     p = sub.add_parser("train", help="train one configuration over several seeds")
     p.add_argument("--task", default="reversal", help=f"one of {TASKS}")
@@ -47,12 +78,16 @@ def _add_train(sub):
     p.add_argument("--V", type=int, default=2)
     p.add_argument("--B", type=int, default=100)
     p.add_argument("--K", type=int, default=8)
-    p.add_argument("--episodes", type=int, default=None, help="episodes (reversal) or steps (mnist)")
+    p.add_argument("--episodes", type=int, default=None, help="episodes (reversal, default 300) or steps (mnist, "
+                   "default 2000)")
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--eta", type=float, default=1.0)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seeds", type=_positive_int("seeds"), default=1, help="number of seeds (0..n-1)")
-    p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--first-seed", type=_nonnegative_int("first-seed"), default=0)
+    p.add_argument("--sweep", action="append", default=None, metavar="KNOB=V1,V2,...",
+                   help="train every value in one compiled program (eta, lr, beta, clip_eps, std_floor, "
+                        "reward_noise; repeat to zip several knobs)")
     p.add_argument("--interaction-matched", action="store_true",
                    help="single-sample methods get B·K prompts and lr·sqrt(K)")
     p.add_argument("--chunk", type=_positive_int("chunk"), default=None, help="episodes per streamed chunk")
@@ -71,69 +106,119 @@ def _progress(total: int, unit: str, quiet: bool):
 
 
 def cmd_train(args) -> int:
-    from . import config, mnist, results, train
-
-    train.enable_compile_cache()
+    runtime.enable_compile_cache()
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     if args.out and pathlib.Path(args.out).suffix not in (".json", ".npz"):
         raise ValueError(f"out must end in .json or .npz, got {args.out!r}")
+    sweep = parse_sweep(args.sweep)
     if args.task == "reversal":
         cfg = config.TokenConfig(method=args.method, target=args.target, reward=args.reward, H=args.H, V=args.V,
-                                 B=args.B, K=args.K, episodes=args.episodes or 300, epochs=args.epochs,
-                                 eta=args.eta, lr=args.lr)
+                                 B=args.B, K=args.K, episodes=300 if args.episodes is None else args.episodes,
+                                 epochs=args.epochs, eta=args.eta, lr=args.lr)
         if args.interaction_matched:
             cfg = cfg.interaction_matched()
-        total, unit = cfg.episodes, "ep"
-        chunk = args.chunk or max(1, min(50, cfg.episodes))
-        bar = _progress(total, unit, args.quiet)
-        t0 = time.perf_counter()
-        metrics = train.train_tokens(cfg, seeds, chunk, (lambda d, m: bar.update(m["error"].shape[1])) if bar else None)
-        curve = metrics["error"]
+        total, unit, curve_name, metric = cfg.episodes, "ep", "error", "error"
+        chunk = args.chunk if args.chunk is not None else max(1, min(50, cfg.episodes))
+        run = lambda cb: train.train_tokens(cfg, seeds, chunk, cb, sweep=sweep)  # noqa: E731
     elif args.task == "mnist":
-        steps = args.episodes or 2000
+        steps = 2000 if args.episodes is None else args.episodes
+        if steps < 1:
+            raise ValueError(f"episodes (mnist steps) must be >= 1, got {steps}")
         cfg = config.BanditConfig(method=args.method, steps=steps, eta=args.eta, lr=args.lr,
                                   eval_every=math.gcd(200, steps))
         dataset = mnist.load(args.data_dir)
-        n_blocks = cfg.steps // cfg.eval_every
-        bar = _progress(n_blocks, "eval", args.quiet)
-        t0 = time.perf_counter()
-        metrics = train.train_bandit(cfg, dataset, seeds, args.chunk or max(1, min(10, n_blocks)),
-                                     (lambda d, m: bar.update(m["test_error"].shape[1])) if bar else None)
-        curve = metrics["test_error"]
+        total, unit, curve_name, metric = cfg.steps // cfg.eval_every, "eval", "test_error", "greedy test error"
+        chunk = args.chunk if args.chunk is not None else max(1, min(10, total))
+        run = lambda cb: train.train_bandit(cfg, dataset, seeds, chunk, cb, sweep=sweep)  # noqa: E731
     else:
         raise ValueError(f"task must be one of {TASKS}, got {args.task!r}")
+    config.check_sweep(cfg, sweep)
+    points = len(next(iter(sweep.values()))) if sweep else 1
+    bar = _progress(total, unit, args.quiet)
+    t0 = time.perf_counter()
+    metrics = run((lambda d, m: bar.update(m[curve_name].shape[1])) if bar else None)
     if bar:
         bar.close()
     seconds = time.perf_counter() - t0
-    final = curve[:, -1]
-    se = final.std(ddof=1) / math.sqrt(len(final)) if len(final) > 1 else float("nan")
-    metric = "greedy test error" if args.task == "mnist" else "error"
-    print(f"{args.task} {cfg.method}: final {metric} {100 * final.mean():.2f}% ± {100 * se:.2f} (SE, "
-          f"{len(seeds)} seeds) in {seconds:.1f} s")
+    curves = metrics[curve_name] if sweep else metrics[curve_name][None]
+    for i in range(points):
+        final = 100 * curves[i][:, -1]
+        where = ", ".join(f"{k}={v[i]:g}" for k, v in sweep.items()) + ": " if sweep else ""
+        print(f"{args.task} {cfg.method}: {where}final {metric} {final.mean():.2f}% ± {stats.seed_se(final):.2f} "
+              f"(SE, {len(seeds)} seeds) in {seconds:.1f} s")
     if args.out:
-        meta = dict(task=args.task, config=dataclasses.asdict(cfg), seeds=seeds, seconds=seconds)
+        meta = dict(task=args.task, config=dataclasses.asdict(cfg), seeds=seeds, seconds=seconds, sweep=sweep)
         if args.out.endswith(".npz"):
-            results.write_npz(args.out, meta=np.array(str(meta)), **metrics)
+            atomic_io.write_npz(args.out, meta=np.array(str(meta)), **metrics)
         else:
-            scalar = {k: v for k, v in metrics.items() if v.ndim == 2}
-            results.write_json(args.out, dict(meta, metrics=scalar))
+            scalar = {k: v for k, v in metrics.items() if v.ndim == (3 if sweep else 2)}
+            atomic_io.write_json(args.out, dict(meta, metrics=scalar))
         print(f"wrote {args.out}")
     return 0
 
 
-SUBCOMMANDS = [_add_train]
+def _add_reproduce(sub):
+    p = sub.add_parser("reproduce", help="reproduce a table or ablation of the paper")
+    p.add_argument("name", nargs="?", help="preset name (see --list)")
+    p.add_argument("--list", action="store_true", help="list the presets and exit")
+    p.add_argument("--budget", default="cpu", help="smoke | cpu | paper (table3 also: paper-h10, paper-h7)")
+    p.add_argument("--seeds", type=_positive_int("seeds"), default=None, help="number of seeds (default: the budget's)")
+    p.add_argument("--out", default=None, help="results folder (default results/<name>)")
+    p.add_argument("--chunk", type=_positive_int("chunk"), default=None, help="episodes per streamed chunk")
+    p.add_argument("--distributed", action="store_true",
+                   help="call jax.distributed.initialize() first (several hosts, one process each)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_reproduce)
+
+
+def cmd_reproduce(args) -> int:
+    if args.distributed:  # before any JAX computation
+        import jax
+        jax.distributed.initialize()
+    if args.list:
+        print(reproduce.list_text())
+        return 0
+    if not args.name:
+        raise ValueError("name is required (or --list); choose from " + ", ".join(reproduce.PRESETS))
+    reproduce.check_budget(args.budget, reproduce.get(args.name))
+    runtime.enable_compile_cache()
+    out = args.out or f"results/{args.name}"
+    command = f"python -m tpo_core reproduce {args.name} --budget {args.budget}" + (
+        f" --seeds {args.seeds}" if args.seeds else "") + f" --out {out}"
+    summary = reproduce.run_preset(args.name, args.budget, out, chunk=args.chunk, progress=not args.quiet,
+                                   command=command, seeds=args.seeds)
+    if reproduce.runner.is_main_process():
+        print(report.to_markdown([summary]))
+        print(f"wrote {out}/summary.json, {out}/figure.html and {len(summary['rows'])} rows")
+    return 0
+
+
+def _add_report(sub):
+    p = sub.add_parser("report", help="render reproduction summaries as one markdown/HTML table")
+    p.add_argument("directory", help="folder holding summary.json files (searched recursively)")
+    p.add_argument("--out", default=None, help="REPORT.md or REPORT.html (default: print markdown)")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args) -> int:
+    if args.out is not None and pathlib.Path(args.out).suffix not in (".md", ".html"):
+        raise ValueError(f"out must end in .md or .html, got {args.out!r}")
+    summaries = report.load_summaries(args.directory)
+    if args.out is None:
+        print(report.to_markdown(summaries))
+        return 0
+    command = f"python -m tpo_core report {args.directory} --out {args.out}"
+    text = report.to_html(summaries) if args.out.endswith(".html") else report.to_markdown(summaries, command=command)
+    atomic_io.write_text(args.out, text)
+    print(f"wrote {args.out} ({len(summaries)} summaries)")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m tpo_core", description="Target Policy Optimization in JAX")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in SUBCOMMANDS:
+    for add in (_add_train, _add_reproduce, _add_report):
         add(sub)
-    try:  # the reproduction commands live in tpo_core.experiments (optional at import time)
-        from . import experiments
-        experiments.add_subcommands(sub)
-    except ImportError:
-        pass
     return parser
 
 

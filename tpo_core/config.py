@@ -8,6 +8,10 @@ from typing import Optional
 from . import methods, tasks
 
 MAX_K = 1024
+# Scalar hyperparameters that are traced values of a compiled program, not part of its cache key: a run with a
+# new value reuses the program compiled for the same shapes, and a sweep over them is one vmapped program.
+TOKEN_KNOBS = ("eta", "lr", "beta", "clip_eps", "std_floor", "reward_noise")
+BANDIT_KNOBS = ("eta", "lr")
 
 
 def _require(ok: bool, name: str, rule: str, value) -> None:
@@ -96,6 +100,16 @@ class TokenConfig:
     def hp(self) -> dict:
         return dict(eta=self.eta, beta=self.beta, clip_eps=self.clip_eps, std_floor=self.std_floor)
 
+    @property
+    def knobs(self) -> dict:
+        """The traced scalars of this run (:data:`TOKEN_KNOBS`)."""
+        return {k: float(getattr(self, k)) for k in TOKEN_KNOBS}
+
+    @property
+    def static(self) -> "TokenConfig":
+        """The program's cache key: this config with every traced knob and ``episodes`` at its default."""
+        return _static(self, TOKEN_KNOBS)
+
     def replace(self, **changes) -> "TokenConfig":
         return dataclasses.replace(self, **changes)
 
@@ -133,5 +147,44 @@ class BanditConfig:
     def hp(self) -> dict:
         return dict(eta=self.eta)
 
+    @property
+    def knobs(self) -> dict:
+        """The traced scalars of this run (:data:`BANDIT_KNOBS`)."""
+        return {k: float(getattr(self, k)) for k in BANDIT_KNOBS}
+
+    @property
+    def static(self) -> "BanditConfig":
+        """The program's cache key: this config with the traced knobs and ``steps`` at their defaults."""
+        return _static(self, BANDIT_KNOBS + ("steps",))
+
     def replace(self, **changes) -> "BanditConfig":
         return dataclasses.replace(self, **changes)
+
+
+def _static(cfg, names):
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    names = tuple(names) + (("episodes",) if "episodes" in defaults else ())
+    return dataclasses.replace(cfg, **{n: defaults[n] for n in names})
+
+
+def check_sweep(cfg, sweep) -> list[dict]:
+    """Validate ``sweep`` ({knob: [values]}, all lists of one length) against ``cfg``; return its points
+    (one dict per sweep value, zipped across knobs), each checked by building the config it describes."""
+    if not sweep:
+        return [{}]
+    if not isinstance(sweep, dict):
+        raise ValueError(f"sweep must be a dict {{knob: [values]}}, got {sweep!r}")
+    allowed = tuple(cfg.knobs)
+    lengths = set()
+    for name, values in sweep.items():
+        _require(name in allowed, "sweep", f"keys must be traced knobs {allowed}", name)
+        _require(isinstance(values, (list, tuple)) and len(values) > 0, f"sweep[{name!r}]",
+                 "must be a non-empty list of numbers", values)
+        lengths.add(len(values))
+    _require(len(lengths) == 1, "sweep", "lists must all have the same length (values are zipped)",
+             {k: len(v) for k, v in sweep.items()})
+    n = lengths.pop()
+    points = [{k: v[i] for k, v in sweep.items()} for i in range(n)]
+    for p in points:
+        cfg.replace(**p)  # raises ValueError naming the knob
+    return points

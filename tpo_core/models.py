@@ -28,22 +28,28 @@ class MLP(nnx.Module):
 
 
 class Attention(nnx.Module):
-    """Multi-head attention with 3-D kernels (as Flax's DenseGeneral), so Muon skips them."""
+    """Multi-head attention laid out as Flax linen's ``SelfAttention`` (the reference model's): 3-D
+    kernels [d, h, hd] (stacked for q, k, v) and [h, hd, d], and separate 2-D q, k, v biases [h, hd].
+
+    The optimizer routes by rank (Muon on 2-D arrays, AdamW on the rest), so, as in the reference, the
+    kernels and the output bias go to AdamW and the three q/k/v biases to Muon.
+    """
 
     def __init__(self, d_model: int, heads: int, *, rngs: nnx.Rngs):
         hd = d_model // heads
         init = nnx.initializers.lecun_normal(in_axis=0, out_axis=(1, 2))
         out_init = nnx.initializers.lecun_normal(in_axis=(0, 1), out_axis=2)
         self.wqkv = nnx.Param(jnp.stack([init(rngs.params(), (d_model, heads, hd)) for _ in range(3)]))
-        self.bqkv = nnx.Param(jnp.zeros((3, heads, hd)))
+        self.bq = nnx.Param(jnp.zeros((heads, hd)))
+        self.bk = nnx.Param(jnp.zeros((heads, hd)))
+        self.bv = nnx.Param(jnp.zeros((heads, hd)))
         self.wo = nnx.Param(out_init(rngs.params(), (heads, hd, d_model)))
         self.bo = nnx.Param(jnp.zeros((d_model,)))
         self.scale = hd**-0.5
 
     def qkv(self, x):  # [..., d] -> 3 x [..., h, hd]
-        y = jnp.einsum("...d,cdhe->c...he", x, self.wqkv[...]) + self.bqkv[...].reshape(
-            (3,) + (1,) * (x.ndim - 1) + self.bqkv.shape[1:])
-        return y[0], y[1], y[2]
+        y = jnp.einsum("...d,cdhe->c...he", x, self.wqkv[...])
+        return y[0] + self.bq[...], y[1] + self.bk[...], y[2] + self.bv[...]
 
     def out(self, o):  # [..., h, hd] -> [..., d]
         return jnp.einsum("...he,hed->...d", o, self.wo[...]) + self.bo[...]

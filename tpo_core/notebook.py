@@ -12,7 +12,7 @@ import time
 import jax
 
 from . import plotting
-from .train import enable_compile_cache
+from .runtime import enable_compile_cache
 
 
 def quick_mode() -> bool:
@@ -46,20 +46,25 @@ def stopwatch(label: str):
     print(f"{label}: {time.perf_counter() - t0:.1f} s")
 
 
-def timed_run(program, seeds, n):
+def timed_run(program, seeds, n, points=None):
     """Run a :class:`tpo_core.train.Program` and report compile time apart from run time.
 
-    Compiles (``lower().compile()``) first, then runs; returns metrics as numpy [S, n, ...].
+    Compiles (``lower().compile()``) first, then runs; returns metrics as numpy [S, n, ...] (or
+    [P, S, n, ...] for a sweep: ``points`` is a list of knob overrides, e.g. ``[{"eta": 0.5}, {"eta": 2}]``).
     """
     import numpy as np
 
-    carry = jax.block_until_ready(program.init(list(seeds)))
+    seeds = list(seeds)
+    carry = jax.block_until_ready(program.init(seeds, points))
     t0 = time.perf_counter()
     compiled = program.chunk.lower(carry, 0, n, *program.data).compile()
     t1 = time.perf_counter()
     carry, metrics = compiled(carry, 0, *program.data)
     metrics = jax.block_until_ready(metrics)
     t2 = time.perf_counter()
-    print(f"compile {t1 - t0:.1f} s, run {t2 - t1:.1f} s ({len(list(seeds))} seeds x {n} {program.unit})")
-    program.final_carry = carry
-    return jax.tree.map(np.asarray, metrics)
+    runs = len(seeds) * (len(points) if points else 1)
+    print(f"compile {t1 - t0:.1f} s, run {t2 - t1:.1f} s ({runs} runs x {n} {program.unit})")
+    metrics = jax.tree.map(np.asarray, metrics)
+    if points:
+        metrics = {k: v.reshape((len(points), len(seeds)) + v.shape[1:]) for k, v in metrics.items()}
+    return metrics

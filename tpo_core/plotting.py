@@ -76,17 +76,24 @@ def color(name: str) -> str:
 
 
 def mean_and_se(curves):
-    """Seed mean and standard error of curves [S, T]."""
+    """Seed mean and standard error of curves [S, T] (SE 0 for a single seed)."""
     curves = np.asarray(curves, float)
     mean = curves.mean(0)
     se = curves.std(0, ddof=1) / np.sqrt(curves.shape[0]) if curves.shape[0] > 1 else np.zeros_like(mean)
     return mean, se
 
 
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd")
+
+
 def curves_figure(runs: dict, *, title: str = "", y_title: str = "error", x=None, x_title: str = "episode",
-                  percent: bool = True, log_y: bool = False):
-    """One line per method (seed mean) with a ±1 SE band. runs: {method name: curves [S, T]}."""
+                  percent: bool = True, log_y: bool = False, colors: dict | None = None):
+    """One line per method (seed mean) with a ±1 SE band. runs: {method name: curves [S, T]}; ``colors``
+    overrides the colour of a name (default: the method's colour of :data:`COLORS`)."""
     import plotly.graph_objects as go
+
+    colors = colors or {}
 
     fig = go.Figure()
     scale = 100.0 if percent else 1.0
@@ -95,7 +102,7 @@ def curves_figure(runs: dict, *, title: str = "", y_title: str = "error", x=None
     clipped = False
     for name, (mean, se) in stats.items():
         xs = np.arange(mean.shape[0]) if x is None else np.asarray(x)
-        c = color(name)
+        c = colors.get(name) or color(name)
         y, lo, hi = scale * mean, scale * (mean - se), scale * (mean + se)
         if floor is not None:
             # A log axis drops zeros (TPO's all-fail gradient is exactly 0): draw them at the floor instead,
@@ -148,3 +155,22 @@ def group_bars(p_old, u, q, p=None, *, title: str = ""):
     fig.add_trace(go.Bar(x=names, y=np.asarray(cur) - np.asarray(q), name="p − q", marker_color=color("grad")), 1, 2)
     fig.update_layout(title=title, barmode="group", height=360, margin=dict(l=40, r=20, t=60, b=40))
     return fig
+
+
+def preset_figure_html(summary: dict, runs, curves: dict) -> str:
+    """A reproduction preset's curves (seed mean ± 1 SE of each run's primary curve) as one self-contained
+    HTML page. ``runs`` have ``key``, ``method``, ``kind``, ``primary`` and ``cfg``; ``curves[run.key]`` maps
+    metric names to [S, T]."""
+    import plotly.io as pio
+
+    runs = list(runs)
+    unique = len({r.method for r in runs}) == len(runs)
+    colors = {r.key: color(r.method) if unique else PALETTE[i % len(PALETTE)] for i, r in enumerate(runs)}
+    bandit = bool(runs) and runs[0].kind == "bandit"
+    x = (np.arange(1, runs[0].length + 1) * runs[0].cfg.eval_every) if bandit else None
+    fig = curves_figure({r.key: curves[r.key][r.primary] for r in runs}, colors=colors, x=x,
+                        title=f"{summary['title']} — budget {summary['budget']} (seed mean ± 1 SE)",
+                        x_title="step" if bandit else "episode",
+                        y_title="greedy test error" if bandit else "error of the episode's rollouts")
+    fig.update_layout(template="plotly_white", height=480)
+    return pio.to_html(fig, include_plotlyjs=True, full_html=True)

@@ -1,11 +1,16 @@
 """Whole-run jitted training loops, vmapped over seeds, streamable in chunks.
 
 ``make_token_program(cfg)`` / ``make_bandit_program(cfg)`` return a :class:`Program`:
-``init(seeds) -> carry`` and ``chunk(carry, start, n) -> (carry, metrics)``, where ``chunk`` is one
-``jax.jit`` of ``vmap`` (over seeds) of ``lax.scan`` (over ``n`` episodes). A whole run is one chunk;
+``init(seeds, points) -> carry`` and ``chunk(carry, start, n) -> (carry, metrics)``, where ``chunk`` is one
+``jax.jit`` of ``vmap`` (over runs) of ``lax.scan`` (over ``n`` episodes). A whole run is one chunk;
 a UI streams by calling chunks in a Python loop (each chunk size compiles once and is cached).
 
-One token-task episode (PAPER.md §4):
+The compiled program is keyed on the configuration's *static* part only (``cfg.static``: method, task,
+shapes, epochs, model, optimizer kind). The scalar hyperparameters (``cfg.knobs``: η, lr, β, clip ε, σ floor,
+reward noise) live in the carry as traced values, one per run, so a new η reuses the compiled program and a
+sweep ``{"eta": [...]}`` × seeds is one vmapped program (runs = sweep points × seeds, flattened).
+
+One token-task episode (arXiv 2604.06159 §4; the reference repository's token-reversal trial):
     prompts ~ U{0..V-1}^[B, H] from fold_in(key_seed, e)
     rollout  answers [B, K, H] at temperature 1 (prompt encoded once, KV cache over answers)
     rewards, scores, error (measured before the update)
@@ -24,43 +29,63 @@ import optax
 from flax import nnx
 
 from . import losses as L
-from . import methods, tasks
-from .config import BanditConfig, TokenConfig
+from . import methods, runtime, tasks
+from .config import BanditConfig, TokenConfig, check_sweep
 from .models import MLP, Transformer
 
 
 # --------------------------------------------------------------------------------------------
 # optimisers
 # --------------------------------------------------------------------------------------------
-def muon_adamw(lr: float):
+def muon_adamw(learning_rate: float):
     """Muon on 2-D parameters, AdamW (weight decay 0, Nesterov) on the rest, as the paper does."""
     def label(params):
         return jax.tree.map(lambda x: "muon" if x.ndim == 2 else "adamw", params)
 
     return optax.multi_transform(
-        {"muon": optax.contrib.muon(lr), "adamw": optax.adamw(lr, weight_decay=0.0, nesterov=True)}, label)
+        {"muon": optax.contrib.muon(learning_rate),
+         "adamw": optax.adamw(learning_rate, weight_decay=0.0, nesterov=True)}, label)
 
 
-def make_optimizer(name: str, lr: float):
-    return muon_adamw(lr) if name == "muon" else optax.adam(lr)
+def make_optimizer(name: str):
+    """The optimizer with a traced learning rate: ``opt_state.hyperparams["learning_rate"]`` (set by
+    :func:`with_lr` at init) scales every step, so the lr is a knob, not a compile key."""
+    return optax.inject_hyperparams(muon_adamw if name == "muon" else optax.adam)(learning_rate=1e-3)
+
+
+def with_lr(opt_state, lr):
+    return opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": jnp.asarray(lr, jnp.float32)})
 
 
 # --------------------------------------------------------------------------------------------
 # the program abstraction shared by both task families
 # --------------------------------------------------------------------------------------------
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Program:
-    """A compiled-once training program: ``init(seeds)`` and ``chunk(carry, start, n)``."""
+    """A compiled-once training program bound to one configuration's knobs.
 
-    init: Callable
-    chunk: Callable                 # (carry, start, n, *data) -> (carry, metrics with [S, n, ...])
+    ``init(seeds, points)`` builds the carry of ``len(points) × len(seeds)`` runs (point-major: every seed
+    of the first sweep point, then the next); each point overrides some of ``knobs``. ``chunk(carry, start,
+    n, *data)`` advances every run by ``n`` episodes and returns metrics [runs, n, ...].
+    """
+
+    init_runs: Callable             # (keys [N], knobs {name: [N]}) -> carry
+    chunk: Callable                 # (carry, start, n, *data) -> (carry, metrics with [N, n, ...])
+    knobs: dict                     # this configuration's traced scalars
     data: tuple = ()                # arrays passed to every chunk (bandit images)
     unit: str = "episodes"
-    final_carry: object = None
 
-    def run(self, seeds: Sequence[int], n: int, chunk_size: int | None = None) -> Iterator[tuple[int, dict]]:
-        """Yield ``(done, metrics)`` after each chunk; metrics are numpy [S, chunk, ...]."""
-        carry = self.init(seeds)
+    def init(self, seeds: Sequence[int], points: Sequence[dict] | None = None):
+        points = list(points) if points else [{}]
+        rows = [{**self.knobs, **p} for p in points for _ in seeds]
+        knobs = {k: jnp.asarray([r[k] for r in rows], jnp.float32) for k in self.knobs}
+        keys = runtime.seed_keys([s for _ in points for s in seeds])
+        return runtime.shard_leading(self.init_runs(keys, knobs), len(rows))
+
+    def run(self, seeds: Sequence[int], n: int, chunk_size: int | None = None,
+            points: Sequence[dict] | None = None) -> Iterator[tuple[int, dict]]:
+        """Yield ``(done, metrics)`` after each chunk; metrics are numpy [runs, chunk, ...]."""
+        carry = self.init(seeds, points)
         size = chunk_plan(n, chunk_size)
         done = 0
         while done < n:
@@ -68,7 +93,6 @@ class Program:
             carry, metrics = self.chunk(carry, done, step, *self.data)
             done += step
             yield done, jax.tree.map(np.asarray, metrics)
-        self.final_carry = carry  # the last state (params, optimiser state), for inspection
 
 
 def chunk_plan(n: int, requested: int | None) -> int:
@@ -81,74 +105,17 @@ def chunk_plan(n: int, requested: int | None) -> int:
     return best if 2 * best >= requested else requested
 
 
-def enable_compile_cache(path: str | None = None) -> str:
-    """Turn on JAX's persistent compilation cache (default ``~/.cache/tpo_core/jax``) so a second
-    process reuses compiled runs; the CLI, the demo and the book call this, before their first compile."""
-    import os
-    import pathlib
-
-    path = path or os.environ.get("TPO_JAX_CACHE") or str(pathlib.Path.home() / ".cache" / "tpo_core" / "jax")
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    return path
-
-
-# XLA's CPU backend maps every compiled kernel into its own memory regions: one Transformer training program
-# holds ~1,300 of the process's memory maps until it is freed. Linux allows vm.max_map_count (65,530 by
-# default) per process; past it the next compile crashes the interpreter (SIGSEGV / SIGABRT inside XLA).
-# A process that compiles many configurations (a long preset, the demo server, a notebook sweep) therefore
-# frees its compiled programs when it has used half of the limit; they recompile on next use (seconds, or
-# about one second from the persistent compile cache).
-MAP_BUDGET_FRACTION = 0.5
-
-
-def memory_map_count() -> int | None:
-    """How many memory maps this process holds (Linux; None elsewhere)."""
-    try:
-        with open("/proc/self/maps", "rb") as f:
-            return sum(1 for _ in f)
-    except OSError:
-        return None
-
-
-def _max_map_count() -> int:
-    try:
-        with open("/proc/sys/vm/max_map_count") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return 65530
-
-
-def release_compiled(force: bool = False) -> bool:
-    """Free every compiled program (ours and JAX's jit caches) if this process holds more than
-    ``MAP_BUDGET_FRACTION`` of the kernel's memory-map limit, or always with ``force``. Returns whether
-    it freed them. Programs already handed out keep working; later calls recompile."""
-    if not force:
-        n = memory_map_count()
-        if n is None or n < MAP_BUDGET_FRACTION * _max_map_count():
-            return False
-    import gc
-
+def _clear_programs():
     _token_program.cache_clear()
     _bandit_program.cache_clear()
-    jax.clear_caches()
-    gc.collect()
-    return True
 
 
-def seed_keys(seeds: Sequence[int]):
-    return jnp.stack([jax.random.key(int(s)) for s in seeds])
+def _init_runs(init_one):
+    return jax.jit(jax.vmap(init_one))
 
 
-def shard_seeds(tree, n_seeds: int):
-    """Place the leading (seed) axis across all visible devices when it divides evenly."""
-    devices = jax.devices()
-    if len(devices) < 2 or n_seeds % len(devices):
-        return tree
-    mesh = jax.sharding.Mesh(np.array(devices), ("seeds",))
-    spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("seeds"))
-    return jax.device_put(tree, spec)
+def _param_delta_norm(new, old):
+    return optax.tree.norm(jax.tree.map(jnp.subtract, new, old))
 
 
 def _gather(logp_full, tokens):
@@ -163,30 +130,34 @@ def _transformer(cfg: TokenConfig, key):
 
 
 def make_token_program(cfg: TokenConfig) -> Program:
-    """The compiled-once program of a token-task configuration (cached per configuration)."""
-    release_compiled()
-    return _token_program(cfg)
+    """The program of a token-task configuration: compiled once per ``cfg.static``, bound to ``cfg.knobs``."""
+    runtime.release_compiled()
+    init_runs, chunk = _token_program(cfg.static)
+    return Program(init_runs=init_runs, chunk=chunk, knobs=cfg.knobs)
+
+
+NOISE_STREAM = 7  # fold_in index of the reward-noise key (its own stream: prompts and samples are unchanged)
 
 
 @functools.lru_cache(maxsize=64)
-def _token_program(cfg: TokenConfig) -> Program:
-    spec, hp = cfg.spec, cfg.hp
+def _token_program(cfg: TokenConfig):
+    spec = cfg.spec
     B, H, V, K, E = cfg.B, cfg.H, cfg.V, cfg.K, cfg.n_epochs
     ks = cfg.samples_per_prompt
     n_track = min(cfg.track, B)
-    tx = make_optimizer(cfg.optimizer, cfg.lr)
+    tx = make_optimizer(cfg.optimizer)
     graphdef = nnx.graphdef(nnx.eval_shape(lambda: _transformer(cfg, jax.random.key(0))))
 
     def model(params):
         return nnx.merge(graphdef, nnx.State(params["model"]))
 
-    def init_one(key):
+    def init_one(key, knobs):
         params = {"model": nnx.to_pure_dict(nnx.split(_transformer(cfg, key), nnx.Param)[1])}
         if spec.learned:
             params["learned"] = {name: jnp.zeros(()) for name in spec.learned}
-        return dict(params=params, opt=tx.init(params), key=key)
+        return dict(params=params, opt=with_lr(tx.init(params), knobs["lr"]), key=key, knobs=knobs)
 
-    def rollout(params, key, e):
+    def rollout(params, key, e, knobs):
         kp, ksmp, kc = jax.random.split(jax.random.fold_in(key, e), 3)
         prompts = jax.random.randint(kp, (B, H), 0, V)
         policy = model(params)
@@ -209,12 +180,13 @@ def _token_program(cfg: TokenConfig) -> Program:
             cand = jnp.concatenate([answers[:, 0, :, None], extra], -1)        # [B, H, K]
             batch.update(cand=cand, logp_old=jnp.take_along_axis(lp, cand, -1),
                          scores=tasks.candidate_rewards(cand == target[:, :, None], correct[:, 0], cfg.reward))
-        if cfg.reward_noise > 0 and "scores" in batch:  # optional score noise (own key); error stays noiseless
-            noise_key = jax.random.fold_in(jax.random.fold_in(key, e), 7)
-            batch["scores"] = batch["scores"] + cfg.reward_noise * jax.random.normal(noise_key, batch["scores"].shape)
+        if "scores" in batch:  # optional score noise (σ = reward_noise, 0 by default); error stays noiseless
+            noise_key = jax.random.fold_in(jax.random.fold_in(key, e), NOISE_STREAM)
+            noise = jax.random.normal(noise_key, batch["scores"].shape)
+            batch["scores"] = batch["scores"] + knobs["reward_noise"] * noise
         return batch, tasks.error_rate(scores)
 
-    def loss_fn(params, batch):
+    def loss_fn(params, batch, hp):
         logp_full = model(params).answer_logprobs(batch["prompts"], batch["answers"])  # [B, ks, H, V]
         token_logp = _gather(logp_full, batch["answers"])
         b = dict(batch, learned=params.get("learned"))
@@ -235,21 +207,27 @@ def _token_program(cfg: TokenConfig) -> Program:
         return jnp.argsort(L.zero_variance(scores))[:n_track]
 
     def episode(state, e):
-        batch, error = rollout(state["params"], state["key"], e)
+        knobs = state["knobs"]
+        hp = {k: knobs[k] for k in ("eta", "beta", "clip_eps", "std_floor")}
+        batch, error = rollout(state["params"], state["key"], e, knobs)
 
         def epoch(carry, _):
             params, opt = carry
-            (loss, p_track), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch)
+            (loss, p_track), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, hp)
             updates, opt = tx.update(grads, opt, params)
-            return (optax.apply_updates(params, updates), opt), (loss, optax.global_norm(grads["model"]), p_track)
+            step = optax.tree.norm(updates["model"])
+            return (optax.apply_updates(params, updates), opt), (loss, optax.tree.norm(grads["model"]), step, p_track)
 
-        (params, opt), (loss, gnorm, p_track) = jax.lax.scan(epoch, (state["params"], state["opt"]), None, length=E)
-        metrics = dict(error=error, loss=loss[0], grad_norm=gnorm[0], grad_norm_last=gnorm[-1])
+        (params, opt), (loss, gnorm, step, p_track) = jax.lax.scan(
+            epoch, (state["params"], state["opt"]), None, length=E)
+        metrics = dict(error=error, loss=loss[0], grad_norm=gnorm[0], grad_norm_last=gnorm[-1],
+                       step_norm=step[0],  # ‖Δθ‖ of the first epoch's update (Muon/Adam: not ∝ ‖∇L‖)
+                       update_norm=_param_delta_norm(params["model"], state["params"]["model"]))  # whole episode
         if "scores" in batch:  # group and token methods: group statistics and TPO's target
             s = batch["scores"].reshape(-1, batch["scores"].shape[-1])
             lo = batch["logp_old"].reshape(s.shape)
             zero = L.zero_variance(s)
-            q = L.tpo_target(lo, s, cfg.eta, std_floor=cfg.std_floor)
+            q = L.tpo_target(lo, s, knobs["eta"], std_floor=knobs["std_floor"])
             good = (s > s.mean(-1, keepdims=True)).astype(jnp.float32)
             informative = (~zero).astype(jnp.float32)
             metrics.update(
@@ -267,39 +245,37 @@ def _token_program(cfg: TokenConfig) -> Program:
 
     @functools.partial(jax.jit, static_argnums=2)
     def chunk(carry, start, n):
-        def one_seed(state):
+        def one_run(state):
             return jax.lax.scan(episode, state, start + jnp.arange(n))
-        return jax.vmap(one_seed)(carry)
+        return jax.vmap(one_run)(carry)
 
-    def init(seeds):
-        keys = seed_keys(seeds)
-        return shard_seeds(jax.jit(jax.vmap(init_one))(keys), len(seeds))
-
-    return Program(init=init, chunk=chunk)
+    return _init_runs(init_one), chunk
 
 
 # --------------------------------------------------------------------------------------------
 # MNIST contextual bandit
 # --------------------------------------------------------------------------------------------
 def make_bandit_program(cfg: BanditConfig, dataset) -> Program:
-    """The compiled-once program of a bandit configuration on ``dataset`` (cached per pair)."""
-    release_compiled()
-    return _bandit_program(cfg, dataset)
+    """The program of a bandit configuration on ``dataset``: compiled once per (``cfg.static``, dataset)."""
+    runtime.release_compiled()
+    init_runs, chunk, data = _bandit_program(cfg.static, dataset)
+    return Program(init_runs=init_runs, chunk=chunk, knobs=cfg.knobs, data=data,
+                   unit=f"blocks of {cfg.eval_every} steps")
 
 
 @functools.lru_cache(maxsize=32)
-def _bandit_program(cfg: BanditConfig, dataset) -> Program:
-    spec, hp = methods.get(cfg.method), cfg.hp
+def _bandit_program(cfg: BanditConfig, dataset):
+    spec = methods.get(cfg.method)
     in_dim = dataset.x_train.shape[1]
-    tx = optax.adam(cfg.lr)
+    tx = optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)
     graphdef = nnx.graphdef(nnx.eval_shape(lambda: MLP(in_dim, cfg.hidden, 10, rngs=nnx.Rngs(0))))
 
     def model(params):
         return nnx.merge(graphdef, nnx.State(params))
 
-    def init_one(key):
+    def init_one(key, knobs):
         params = nnx.to_pure_dict(nnx.split(MLP(in_dim, cfg.hidden, 10, rngs=nnx.Rngs(key)), nnx.Param)[1])
-        return dict(params=params, opt=tx.init(params), key=key)
+        return dict(params=params, opt=with_lr(tx.init(params), knobs["lr"]), key=key, knobs=knobs)
 
     def step(state, s, x_train, y_train):
         k_idx, k_act = jax.random.split(jax.random.fold_in(state["key"], s))
@@ -312,12 +288,13 @@ def _bandit_program(cfg: BanditConfig, dataset) -> Program:
         adv = reward - (pi**2).sum(-1)  # expected-reward baseline
 
         def loss_fn(params):
-            return spec.bandit(model(params)(x), actions, y, adv, hp)
+            return spec.bandit(model(params)(x), actions, y, adv, {"eta": state["knobs"]["eta"]})
 
         loss, grads = jax.value_and_grad(loss_fn)(state["params"])
         updates, opt = tx.update(grads, state["opt"], state["params"])
         params = optax.apply_updates(state["params"], updates)
-        metrics = dict(train_error=1.0 - reward.mean(), loss=loss, grad_norm=optax.global_norm(grads))
+        metrics = dict(train_error=1.0 - reward.mean(), loss=loss, grad_norm=optax.tree.norm(grads),
+                       step_norm=optax.tree.norm(updates))
         return dict(state, params=params, opt=opt), metrics
 
     def block(state, b, x_train, y_train, x_test, y_test):
@@ -330,50 +307,48 @@ def _bandit_program(cfg: BanditConfig, dataset) -> Program:
 
     @functools.partial(jax.jit, static_argnums=2)
     def chunk(carry, start, n, x_train, y_train, x_test, y_test):
-        def one_seed(state):
+        def one_run(state):
             return jax.lax.scan(lambda st, b: block(st, b, x_train, y_train, x_test, y_test),
                                 state, start + jnp.arange(n))
-        return jax.vmap(one_seed)(carry)
-
-    def init(seeds):
-        return shard_seeds(jax.jit(jax.vmap(init_one))(seed_keys(seeds)), len(seeds))
+        return jax.vmap(one_run)(carry)
 
     data = tuple(jnp.asarray(a) for a in (dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test))
-    return Program(init=init, chunk=chunk, data=data, unit=f"blocks of {cfg.eval_every} steps")
+    return _init_runs(init_one), chunk, data
+
+
+runtime.register_cache(_clear_programs)
 
 
 # --------------------------------------------------------------------------------------------
 # convenience: whole runs
 # --------------------------------------------------------------------------------------------
-def _collect(stream) -> dict:
-    parts = [m for _, m in stream]
-    return {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
+def _collect(program: Program, seeds, n: int, chunk_size, callback, points) -> dict:
+    """Run ``program`` to the end; metrics [S, n, ...], or [P, S, n, ...] when ``points`` is a sweep."""
+    parts = []
+    for done, m in program.run(seeds, n, chunk_size, points):
+        if callback:
+            callback(done, m)
+        parts.append(m)
+    out = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
+    if points is not None:
+        out = {k: v.reshape((len(points), len(seeds)) + v.shape[1:]) for k, v in out.items()}
+    return out
 
 
 def train_tokens(cfg: TokenConfig, seeds: Sequence[int] = (0,), chunk_size: int | None = None,
-                 callback: Callable | None = None) -> dict:
-    """Run ``cfg`` for every seed; returns metrics as numpy arrays [S, episodes, ...]."""
-    program = make_token_program(cfg)
+                 callback: Callable | None = None, sweep: dict | None = None) -> dict:
+    """Run ``cfg`` for every seed; returns metrics as numpy arrays [S, episodes, ...].
 
-    def stream():
-        for done, m in program.run(seeds, cfg.episodes, chunk_size):
-            if callback:
-                callback(done, m)
-            yield done, m
-
-    return _collect(stream())
+    ``sweep={"eta": [0.25, 0.5, 1, 2, 4]}`` (any of ``cfg.knobs``; several keys are zipped) runs every
+    value × seed in one compiled program and returns metrics [P, S, episodes, ...]."""
+    points = check_sweep(cfg, sweep) if sweep else None
+    return _collect(make_token_program(cfg), seeds, cfg.episodes, chunk_size, callback, points)
 
 
 def train_bandit(cfg: BanditConfig, dataset, seeds: Sequence[int] = (0,), chunk_size: int | None = None,
-                 callback: Callable | None = None) -> dict:
-    """Run the bandit for every seed; metrics [S, steps // eval_every] (test error after each block)."""
-    program = make_bandit_program(cfg, dataset)
-    n_blocks = cfg.steps // cfg.eval_every
-
-    def stream():
-        for done, m in program.run(seeds, n_blocks, chunk_size):
-            if callback:
-                callback(done, m)
-            yield done, m
-
-    return _collect(stream())
+                 callback: Callable | None = None, sweep: dict | None = None) -> dict:
+    """Run the bandit for every seed; metrics [S, steps // eval_every] (test error after each block), or
+    [P, S, ...] with ``sweep`` (keys from ``cfg.knobs``: eta, lr)."""
+    points = check_sweep(cfg, sweep) if sweep else None
+    return _collect(make_bandit_program(cfg, dataset), seeds, cfg.steps // cfg.eval_every, chunk_size, callback,
+                    points)

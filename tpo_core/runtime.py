@@ -1,0 +1,87 @@
+"""Process resources of a JAX program: the persistent compile cache, the memory-map budget, devices.
+
+Nothing here knows about training: modules that keep compiled programs (``tpo_core.train``) register a
+function that forgets them with :func:`register_cache`, and :func:`release_compiled` calls it.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import pathlib
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def enable_compile_cache(path: str | None = None) -> str:
+    """Turn on JAX's persistent compilation cache (default ``~/.cache/tpo_core/jax``, or ``$TPO_JAX_CACHE``)
+    so a second process reuses compiled runs. Call it before the first compile (the CLI, the demo and the
+    book's ``notebook.setup`` do)."""
+    path = path or os.environ.get("TPO_JAX_CACHE") or str(pathlib.Path.home() / ".cache" / "tpo_core" / "jax")
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path
+
+
+# XLA's CPU backend maps every compiled kernel into its own memory regions: one Transformer training program
+# holds ~1,300 of the process's memory maps until it is freed. Linux allows vm.max_map_count (65,530 by
+# default) per process; past it the next compile crashes the interpreter (SIGSEGV / SIGABRT inside XLA).
+# A process that compiles many programs (a long preset, the demo server, a notebook) therefore frees its
+# compiled programs once it holds half of the limit; they recompile on next use.
+MAP_BUDGET_FRACTION = 0.5
+_caches: list[Callable[[], None]] = []
+
+
+def register_cache(clear: Callable[[], None]) -> None:
+    """Register a function that forgets compiled programs; :func:`release_compiled` calls it."""
+    _caches.append(clear)
+
+
+def memory_map_count() -> int | None:
+    """How many memory maps this process holds (Linux; None elsewhere)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return None
+
+
+def max_map_count() -> int:
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 65530
+
+
+def release_compiled(force: bool = False) -> bool:
+    """Free every compiled program (the registered caches and JAX's jit caches) if this process holds more
+    than ``MAP_BUDGET_FRACTION`` of the kernel's memory-map limit, or always with ``force``. Returns whether
+    it freed them. Programs already handed out keep working; later calls recompile."""
+    if not force:
+        n = memory_map_count()
+        if n is None or n < MAP_BUDGET_FRACTION * max_map_count():
+            return False
+    for clear in _caches:
+        clear()
+    jax.clear_caches()
+    gc.collect()
+    return True
+
+
+def seed_keys(seeds: Sequence[int]):
+    """One PRNG key per seed: seed s initialises from ``jax.random.key(s)`` (the paper's convention)."""
+    return jnp.stack([jax.random.key(int(s)) for s in seeds])
+
+
+def shard_leading(tree, n: int):
+    """Place the leading (run) axis across all visible devices when it divides evenly; else leave it."""
+    devices = jax.devices()
+    if len(devices) < 2 or n % len(devices):
+        return tree
+    mesh = jax.sharding.Mesh(np.array(devices), ("runs",))
+    spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+    return jax.device_put(tree, spec)
