@@ -185,7 +185,10 @@ def test_old_log_prob_passthrough_feeds_verl_compute_advantage():
     from verl import DataProto
     from verl.trainer.ppo import ray_trainer
 
+    from verl.trainer.ppo.v1 import utils as v1_utils                       # the default trainer (use_v1=true)
+
     assert getattr(ray_trainer.compute_advantage, "_tpo_passthrough", False), "plugin did not patch ray_trainer"
+    assert v1_utils.compute_advantage is ray_trainer.compute_advantage      # v1 binds the patched function
     r = _rollout(seed=2)
     data = DataProto.from_dict(tensors={"token_level_rewards": r["rewards"], "response_mask": r["mask"],
                                         "old_log_probs": r["old"]},

@@ -39,7 +39,8 @@ groups have u = 0 and cannot be told apart, harmlessly: their target is p_old ei
 ``verl.trainer.ppo.ray_trainer.compute_advantage`` so that for ``adv_estimator=tpo`` it calls the
 estimator with ``old_log_probs=data.batch["old_log_probs"]`` (present by then: verl recomputes the
 old log-probs with the trainer's engine before the advantage). It patches at import of that
-module, through an import hook, so Ray's TaskRunner process gets it too. The upstream change
+module, through an import hook, so Ray's TaskRunner process gets it too; the default v1 trainer
+(``trainer.use_v1=true``) calls the same function through ``verl.trainer.ppo.v1.utils``. The upstream change
 that would remove it: pass ``old_log_probs`` (when present in ``data.batch``) to every registered
 estimator that accepts it. Route B needs none of this: the loss receives ``old_log_prob``.
 
