@@ -311,3 +311,13 @@ def test_two_process_trainer_exact_mode_update_is_the_full_group_gradient(tmp_pa
         step = p.detach() - final[name]                                     # SGD: θ_0 - θ_1 = lr · ∇L
         torch.testing.assert_close(step, 0.1 * p.grad, rtol=2e-3, atol=2e-7, msg=name)
     assert max(p.grad.abs().max().item() for p in model.parameters()) > 1e-4
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (dict(tpo_mode="decomposed", num_iterations=2), "decomposed"),
+    (dict(tpo_mode="exact", per_device_train_batch_size=2, steps_per_generation=2, gradient_accumulation_steps=2),
+     "span processes"),
+])
+def test_trainer_refuses_configurations_where_its_loss_would_not_be_tpo(tmp_path, overrides, match):
+    with pytest.raises(ValueError, match=match):
+        _make_trainer(tmp_path, **overrides)
