@@ -25,6 +25,18 @@ def run(*args, timeout=600):
     (["train", "--task", "chess"], "task"),
     (["train", "--reward", "dense"], "reward"),
     (["train", "--seeds", "0"], "seeds"),
+    (["train", "--episodes", "0"], "episodes"),            # 0 is a value, not "use the default"
+    (["train", "--episodes", "-5"], "episodes"),
+    (["train", "--task", "mnist", "--episodes", "0"], "episodes"),
+    (["train", "--epochs", "0"], "epochs"),
+    (["train", "--first-seed", "-1"], "first-seed"),
+    (["train", "--chunk", "0"], "chunk"),
+    (["train", "--lr", "0"], "lr"),
+    (["train", "--sweep", "eta=1,-2"], "eta"),
+    (["train", "--sweep", "H=3,4"], "sweep"),
+    (["train", "--sweep", "eta"], "sweep"),
+    (["reproduce", "table3", "--seeds", "0"], "seeds"),
+    (["reproduce", "mnist", "--budget", "paper-h10"], "budget"),
     (["train", "--out", "run.txt"], "out"),
     (["fly"], "invalid choice"),
 ])
@@ -57,3 +69,13 @@ def test_train_bandit_npz(tmp_path):
     assert r.returncode == 0, r.stderr
     with np.load(out) as z:
         assert z["test_error"].shape == (1, 1)
+
+
+def test_train_sweep_runs_every_value_in_one_program(tmp_path):
+    out = tmp_path / "sweep.npz"
+    r = run("train", "--H", "3", "--B", "8", "--episodes", "4", "--seeds", "2", "--sweep", "eta=0.5,2",
+            "--out", str(out), "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "eta=0.5: final error" in r.stdout and "eta=2: final error" in r.stdout
+    with np.load(out) as z:
+        assert z["error"].shape == (2, 2, 4) and z["loss"].shape == (2, 2, 4)

@@ -1,4 +1,4 @@
-"""The math of PAPER.md §2–3, checked on the implemented losses."""
+"""The math of the paper (arXiv 2604.06159) §2–3, checked on the implemented losses."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -110,7 +110,7 @@ def test_no_anchor_target_ignores_p_old():
     np.testing.assert_allclose(q, jax.nn.softmax(tpo_core.standardize(scores), -1), atol=1e-7)
 
 
-# ---- the one-hot bandit coefficients of PAPER.md §2 ----------------------------------------------
+# ---- the one-hot bandit coefficients of the paper, §2 ----------------------------------------------
 A_CLASSES = 10
 
 

@@ -18,7 +18,7 @@ import numbers
 import jax
 import jax.numpy as jnp
 
-STD_FLOOR = 1e-6  # PAPER.md §2: u = c/σ only if σ > 1e-6, else u = c
+STD_FLOOR = 1e-6  # arXiv 2604.06159 §2 (and the reference code): u = c/σ only if σ > 1e-6, else u = c
 GRPO_EPS = 1e-8   # GRPO's denominator: (s - mean) / (std + 1e-8)
 
 

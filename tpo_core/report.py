@@ -55,6 +55,13 @@ def _fmt_se(se, metric) -> str:
     return f"{se:.0f}" if metric == "steps_to_1pct" else f"{se:.2f}"
 
 
+def _engine_text(s) -> str:
+    engines = s.get("engine") or [1]
+    if engines == [1]:
+        return "engine 1 (trained before the q/k/v attention biases were routed to Muon as in the reference)"
+    return "engine " + ", ".join(map(str, engines))
+
+
 def row_cells(r: dict) -> list[str]:
     """One summary row as table cells (shared by markdown and HTML)."""
     metric = r["metric"]
@@ -115,15 +122,15 @@ def to_markdown(summaries: list[dict], command: str | None = None) -> str:
     lines = ["# Reproduction report", ""] + ([f"Produced by `{command}` from the summaries below.", ""] if command else [])
     lines += [headline(summaries), "",
               "Verdict rule: the 95% interval of (ours − paper), from our seed SE and the paper's where its seeds "
-              "are known, must lie inside ±δ to be *consistent*; it is *inconsistent* when it excludes 0 and the "
-              "difference exceeds δ; otherwise *inconclusive* (too few seeds for the effect). δ is the effect the "
+              "are known, must lie inside ±δ to be *consistent*; it is *inconsistent* when it lies entirely outside "
+              "±δ; otherwise *inconclusive* (too few seeds for the effect). δ is the effect the "
               "comparison must resolve (Table 3: half the paper's TPO–GRPO gap in that column).", ""]
     for s in summaries:
         lines += [f"## {s['title']} — `{s['preset']}`, budget `{s['budget']}`", "",
                   f"**Paper's claim.** {s['claim']}", "",
                   f"**Paper's setting.** {s['paper_setting']}. **This run.** {s['budget_note']}.", "",
                   f"**Command.** `{s['command']}` — {s.get('train_seconds', 0):.0f} s of training on "
-                  f"{s.get('devices', 1)} device(s).", ""]
+                  f"{s.get('devices', 1)} device(s); {_engine_text(s)}.", ""]
         if s.get("data_source"):
             lines += [f"**Data.** {s['data_source']}", ""]
         lines += ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]

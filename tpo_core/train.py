@@ -249,6 +249,7 @@ def _token_program(cfg: TokenConfig):
             return jax.lax.scan(episode, state, start + jnp.arange(n))
         return jax.vmap(one_run)(carry)
 
+    chunk.parts = dict(init_one=init_one, rollout=rollout, loss_fn=loss_fn, tx=tx, episode=episode)  # profiling
     return _init_runs(init_one), chunk
 
 

@@ -255,7 +255,8 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
             parts = [per_seed[(r.key, s)] for s in r.seeds]
             all_curves[r.key] = {k: np.concatenate([p[0][k] for p in parts]) for k in parts[0][0]}
             infos[r.key] = dict(seconds=sum(p[1].get("seconds", 0.0) for p in parts),
-                                devices=max(p[1].get("devices", 1) for p in parts))
+                                devices=max(p[1].get("devices", 1) for p in parts),
+                                engine=min(p[1].get("engine", 1) for p in parts))
         else:
             all_curves[r.key], infos[r.key] = whole[r.key]
     summary = summarize(preset, budget, note, runs, all_curves, infos, command=command,
@@ -291,8 +292,10 @@ def summarize(preset, budget: str, note: str, runs, curves: dict, infos: dict, c
                              paper_se=paper_se, resolution=delta, verdict=v,
                              seeds=list(run.seeds), length=run.length, config_hash=run.config_hash(),
                              seconds=infos[run.key].get("seconds"), devices=infos[run.key].get("devices"),
-                             config=dataclasses.asdict(run.cfg)))
+                             engine=infos[run.key].get("engine", 1), config=dataclasses.asdict(run.cfg)))
+    engines = sorted({i.get("engine", 1) for i in infos.values()})
     summary = dict(preset=preset.name, title=preset.title, claim=preset.claim, budget=budget, budget_note=note,
+                   engine=engines,
                    paper_setting=preset.paper_setting, metrics=list(preset.metrics),
                    command=command or f"python -m tpo_core reproduce {preset.name} --budget {budget}",
                    rows=rows, devices=max((i.get("devices") or 1) for i in infos.values()),

@@ -5,7 +5,7 @@ returns one of
 
 * ``"consistent"``   — the 95% interval of the difference lies inside ±δ, the *resolution*: the smallest
   difference the comparison is meant to resolve (e.g. half the paper's TPO–GRPO gap for Table 3);
-* ``"inconsistent"`` — the 95% interval excludes 0 and the difference is larger than δ;
+* ``"inconsistent"`` — the 95% interval lies entirely outside ±δ (the difference is surely larger than δ);
 * ``"inconclusive"`` — neither: the interval is too wide for the seeds we have.
 
 Both standard errors enter the interval (ours from our seeds, the target's where known); an unknown target
@@ -93,9 +93,14 @@ def verdict(value, se, target, resolution: float, target_se: float = 0.0) -> Opt
         inside, outside = (hi <= x, lo > x + resolution) if op == "<" else (lo >= x, hi < x - resolution)
         return CONSISTENT if inside else INCONSISTENT if outside else INCONCLUSIVE
     d_lo, d_hi = lo - target, hi - target
-    if -resolution <= d_lo and d_hi <= resolution:
+    return _interval_verdict(d_lo, d_hi, resolution)
+
+
+def _interval_verdict(lo: float, hi: float, resolution: float) -> str:
+    """The rule of the module docstring on a 95% interval [lo, hi] of a difference."""
+    if -resolution <= lo and hi <= resolution:
         return CONSISTENT
-    if (d_lo > 0 or d_hi < 0) and abs(value - target) > resolution:
+    if lo > resolution or hi < -resolution:
         return INCONSISTENT
     return INCONCLUSIVE
 
@@ -143,13 +148,7 @@ def two_sample_verdict(a, b, resolution: float) -> dict:
     p = permutation_test(a, b)
     lo, hi = bootstrap_diff_ci(a, b)
     diff = float(a.mean() - b.mean())
-    if -resolution <= lo and hi <= resolution:
-        v = CONSISTENT
-    elif (lo > 0 or hi < 0) and abs(diff) > resolution and p < 0.05:
-        v = INCONSISTENT
-    else:
-        v = INCONCLUSIVE
-    return dict(p_value=p, ci=[lo, hi], diff=diff, verdict=v, resolution=resolution)
+    return dict(p_value=p, ci=[lo, hi], diff=diff, verdict=_interval_verdict(lo, hi, resolution), resolution=resolution)
 
 
 def kendall_tau(a: Sequence[str], b: Sequence[str]) -> float:
