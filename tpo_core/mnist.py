@@ -104,11 +104,11 @@ def _from_dir(directory: pathlib.Path):
     if files["train-images-idx3-ubyte"] and files["train-labels-idx1-ubyte"]:
         x_train = read_idx(files["train-images-idx3-ubyte"]).reshape(-1, 784).astype(np.float32) / 255.0
         y_train = read_idx(files["train-labels-idx1-ubyte"]).astype(np.int32)
-        return Dataset(x_train, y_train, x_test, y_test, f"MNIST 60k/10k from {directory}")
+        return Dataset(x_train, y_train, x_test, y_test, f"MNIST 60k/10k (IDX files in {directory.name}/)")
     perm = np.random.default_rng(0).permutation(len(y_test))
     tr, te = perm[:8000], perm[8000:]
     return Dataset(x_test[tr], y_test[tr], x_test[te], y_test[te],
-                   f"MNIST test set only ({directory}): split 8,000 train / 2,000 test (fixed permutation, seed 0)")
+                   f"MNIST test set only (IDX files in {directory.name}/): split 8,000 train / 2,000 test (fixed permutation, seed 0)")
 
 
 def _sklearn_digits() -> Dataset:

@@ -89,6 +89,7 @@ class Preset:
     resolution: Callable = lambda label, metric: 10.0 if metric != "steps_to_1pct" else 20.0
     budgets: tuple = BUDGETS
     extras: Optional[Callable] = None  # (runs, curves, rows) -> dict merged into the summary
+    paper_data: Optional[Callable] = None  # data source -> whether it is the paper's data (bandit presets)
 
     def runs(self, budget: str):
         check_budget(budget, self)
@@ -98,8 +99,10 @@ class Preset:
         """{run key: config} of the paper budget: the settings the paper's numbers belong to."""
         return {r.key: r.cfg for r in self.build("paper")[0]}
 
-    def comparable(self, run: Run) -> bool:
-        return self.paper_configs().get(run.key) == run.cfg
+    def comparable(self, run: Run, data_source: Optional[str] = None) -> bool:
+        """The paper's own setting: its configuration under this key, and (where it matters) its data."""
+        same = self.paper_configs().get(run.key) == run.cfg
+        return same and (self.paper_data is None or self.paper_data(data_source or ""))
 
 
 def check_budget(budget: str, preset: Optional[Preset] = None) -> str:
@@ -357,7 +360,8 @@ _register(Preset(
     ("final_greedy_error",), _mnist_build, lambda lab, met: P.MNIST.get(lab["method"]),
     "MLP 784-50-50-10, Adam 1e-3, batch 100, 10,000 steps, 20 seeds, 60k/10k MNIST (the full training set: "
     "downloaded automatically on a connected machine; offline only the 10k test set exists, split 8k/2k)",
-    resolution=lambda lab, met: 1.0, extras=_mnist_order))
+    resolution=lambda lab, met: 1.0, extras=_mnist_order,
+    paper_data=lambda source: source.startswith("MNIST 60k/10k")))
 _register(Preset(
     "table1", "Table 1: vocabulary sweep (dense bag reward, reverse copy)",
     "TPO_token reaches 1% error fastest at every vocabulary size.",

@@ -219,6 +219,9 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
                     per_seed[(r.key, s)] = got
         else:
             got = load_run_file(out / r.filename, r.config_hash())
+            if got is not None and r.kind == "bandit" and got[1].get("data_source", dataset.source) != dataset.source:
+                log(f"[{name}] {r.key}: {r.filename} was trained on other data ({got[1]['data_source']}), retraining")
+                got = None
             if got is not None:
                 whole[r.key] = got
                 log(f"[{name}] {r.key}: found {r.filename}, skipped")
@@ -236,6 +239,8 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
             tag = hashlib.sha256(json.dumps([[r.seed_hash(s) for s in batch] for r in group]).encode()).hexdigest()[:16]
             ckpt = out / ".checkpoints" / f"{tag}.npz"
         curves, info = execute(group, batch, dataset, chunk, bar, ckpt, log)
+        if group[0].kind == "bandit":
+            info["data_source"] = dataset.source
         if bar is not None:
             bar.close()
         for r, c in zip(group, curves):
@@ -273,7 +278,7 @@ def summarize(preset, budget: str, note: str, runs, curves: dict, infos: dict, c
     rows = []
     for run in runs:
         c = curves[run.key][run.primary]
-        comparable = preset.comparable(run)
+        comparable = preset.comparable(run, data_source)
         for metric in preset.metrics:
             m = measure = stats.measure(c, metric)
             paper = preset.paper(run.label, metric) if comparable else None
