@@ -23,7 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 from tpo_core import losses as L  # noqa: E402
 from tpo_core.bridge import torch_ops as T  # noqa: E402
 
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # ---- an independent float64 reference (the paper's formulas, JAX) ----------------------------
