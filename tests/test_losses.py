@@ -132,11 +132,25 @@ def test_beta_tpo(p):
     np.testing.assert_allclose(g, beta * (np.eye(A_CLASSES)[0] - pi), atol=1e-5)
 
 
-def test_beta_values_quoted_at_p_point_one():
-    p, lam = 0.1, np.exp(10 / 3)
-    assert round(p * (lam - 1) / (1 - p + lam * p), 2) == 0.73
-    assert round(np.sqrt(p / (1 - p)), 2) == 0.33
-    assert round(p / (1 + p), 2) == 0.09
+def test_beta_values_quoted_at_p_point_one_come_out_of_the_implemented_losses():
+    """The paper quotes β_TPO 0.73, β_GRPO 0.33, β_DG 0.09 at p = 0.1: measure them from the losses' gradients
+    as the coefficient of (e_y − π)."""
+    p = 0.1
+    pi = _pi(p)
+    e = np.eye(A_CLASSES)[0] - pi
+    logits = jnp.log(jnp.asarray(pi, jnp.float32))
+    g_tpo = -jax.grad(lambda z: tpo_core.tpo_loss(z, jax.lax.stop_gradient(z), jax.nn.one_hot(0, A_CLASSES)))(logits)
+    counts = np.round(pi * 90).astype(int)
+    actions = np.repeat(np.arange(A_CLASSES), counts)
+    scores = jnp.asarray(actions == 0, jnp.float32)[None]
+    g_grpo = -jax.grad(lambda z: L.grpo_loss(jax.nn.log_softmax(z)[actions][None],
+                                             jax.lax.stop_gradient(jax.nn.log_softmax(z)[actions][None]),
+                                             scores))(logits) / counts.sum()
+    reward = jax.nn.one_hot(0, A_CLASSES)
+    g_dg = -jax.grad(lambda z: (jnp.asarray(pi, jnp.float32) * jax.vmap(
+        lambda l, a: L.dg_loss(l[None, None], a[None, None], 1.0))(jax.nn.log_softmax(z), reward)).sum())(logits)
+    coef = lambda g: float(np.dot(np.asarray(g), e) / np.dot(e, e))  # noqa: E731
+    assert round(coef(g_tpo), 2) == 0.73 and round(coef(g_grpo), 2) == 0.33 and round(coef(g_dg), 2) == 0.09
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.6])
@@ -224,11 +238,146 @@ def test_rebel_zero_at_its_solution_and_vmpo_finite():
     assert np.isfinite(v)
 
 
-def test_dapo_drops_zero_variance_groups():
-    tok = jnp.zeros((2, 4, 3))
+def test_dapo_drops_zero_variance_groups_from_the_token_mean():
+    """Off-policy (ρ ≠ 1), so the loss is not 0: an all-equal group has A = 0, and dropping it changes the
+    token-level mean's denominator. DAPO with it equals DAPO on the informative group alone; closed form:
+    −mean over the kept tokens of min(ρA, clip(ρ, 0.8, 1.28)A)."""
+    rng = np.random.default_rng(3)
+    old = jnp.asarray(rng.normal(size=(2, 4, 3)), jnp.float32)
+    new = old + jnp.asarray(rng.normal(scale=0.3, size=(2, 4, 3)), jnp.float32)
     scores = jnp.array([[1.0, 0, 0, 0], [0.0, 0, 0, 0]])
-    g = jax.grad(lambda t: L.dapo_loss(t, jax.lax.stop_gradient(t), scores))(tok)
-    assert np.all(np.asarray(g[1]) == 0) and np.any(np.asarray(g[0]) != 0)
+    both = L.dapo_loss(new, old, scores)
+    alone = L.dapo_loss(new[:1], old[:1], scores[:1])
+    np.testing.assert_allclose(both, alone, rtol=1e-6)
+    s0 = np.asarray(scores[0])
+    a = (s0 - s0.mean()) / (s0.std() + 1e-8)
+    rho = np.exp(np.asarray(new[0] - old[0]))
+    per = np.minimum(rho * a[:, None], np.clip(rho, 0.8, 1.28) * a[:, None])
+    np.testing.assert_allclose(alone, -per.mean(), rtol=1e-5)
+    kept_and_dropped_mean = -np.concatenate([per.ravel(), np.zeros(12)]).mean()   # what keeping would give
+    assert not np.isclose(float(both), kept_and_dropped_mean)
+
+
+def test_masked_grpo_drops_the_all_fail_groups_kl_pull():
+    """Off the rollout (later epochs), an all-fail group still contributes β·k3 (a pull back toward the rollout
+    snapshot); masking removes it and averages over informative groups only. Closed forms in numpy."""
+    rng = np.random.default_rng(4)
+    old = jnp.asarray(rng.normal(size=(2, 4)), jnp.float32)
+    new = old + jnp.asarray(rng.normal(scale=0.5, size=(2, 4)), jnp.float32)
+    scores = jnp.array([[1.0, 0, 0, 0], [0.0, 0, 0, 0]])
+    beta, eps = 0.04, 0.2
+
+    def group_loss(i):
+        s = np.asarray(scores[i])
+        a = (s - s.mean()) / (s.std() + 1e-8)
+        rho = np.exp(np.asarray(new[i] - old[i]))
+        log_r = np.asarray(old[i] - new[i])
+        k3 = np.exp(log_r) - 1 - log_r
+        return -(np.minimum(rho * a, np.clip(rho, 1 - eps, 1 + eps) * a) - beta * k3).sum()
+
+    np.testing.assert_allclose(L.grpo_loss(new, old, scores), (group_loss(0) + group_loss(1)) / 2, rtol=1e-5)
+    np.testing.assert_allclose(L.grpo_loss(new, old, scores, mask_zero_var=True), group_loss(0), rtol=1e-5)
+    assert group_loss(1) > 0   # the all-fail group's loss is the KL pull alone
+
+
+def test_off_policy_grpo_value_and_gradient_with_ratio_away_from_one():
+    old = jnp.zeros((1, 3))
+    new = jnp.array([[0.1, 0.4, 0.3]])           # ρ = e^0.1 (inside), e^0.4 and e^0.3 (both > 1.2)
+    scores = jnp.array([[1.0, 0.0, 1.0]])
+    s = np.asarray(scores[0])
+    a = (s - s.mean()) / (s.std() + 1e-8)        # (+0.707, −1.414, +0.707)
+    rho = np.exp(np.asarray(new[0]))
+    surr = np.minimum(rho * a, np.clip(rho, 0.8, 1.2) * a)
+    np.testing.assert_allclose(L.grpo_loss(new, old, scores, beta=0.0), -surr.sum(), rtol=1e-5)
+    g = np.asarray(jax.grad(lambda l: L.grpo_loss(l, old, scores, beta=0.0))(new))[0]
+    # d(−ρA)/dℓ = −ρA where min picks ρA: inside the clip range, and for A < 0 with ρ > 1 + ε (the pessimistic
+    # side is never clipped); A > 0 with ρ > 1 + ε is clipped and carries no gradient
+    expect = np.array([-rho[0] * a[0], -rho[1] * a[1], 0.0])
+    np.testing.assert_allclose(g, expect, rtol=1e-5, atol=1e-7)
+
+
+def test_k3_estimator_closed_form_and_mean_is_the_kl():
+    lp, lr = jnp.log(jnp.array([0.5, 0.25])), jnp.log(jnp.array([0.25, 0.5]))
+    r = np.array([0.5, 2.0])                      # π_ref / π_θ
+    np.testing.assert_allclose(L.k3_kl(lp, lr), r - 1 - np.log(r), rtol=1e-6)
+    # E_{a~π_θ}[k3] = KL(π_θ‖π_ref) exactly, for two full distributions
+    p_theta, p_ref = np.array([0.7, 0.2, 0.1]), np.array([0.3, 0.3, 0.4])
+    k3 = np.asarray(L.k3_kl(jnp.log(jnp.asarray(p_theta)), jnp.log(jnp.asarray(p_ref))))
+    np.testing.assert_allclose((p_theta * k3).sum(), (p_theta * np.log(p_theta / p_ref)).sum(), rtol=1e-5)
+
+
+def test_single_sample_losses_against_closed_forms():
+    rng = np.random.default_rng(7)
+    tok = jnp.asarray(np.log(rng.uniform(0.05, 0.95, size=(4, 5))), jnp.float32)   # log π(a_t), [B, T]
+    old = tok + jnp.asarray(rng.normal(scale=0.2, size=(4, 5)), jnp.float32)
+    rewards = jnp.asarray(rng.integers(0, 2, size=(4, 5)), jnp.float32)
+    r = np.asarray(rewards)
+    adv = r - r.mean(0, keepdims=True)
+    np.testing.assert_allclose(L.batch_baseline_advantages(rewards), adv, atol=1e-7)
+    t, o = np.asarray(tok), np.asarray(old)
+    np.testing.assert_allclose(L.pg_loss(tok, adv), -(adv * t).sum(1).mean(), rtol=1e-6)
+    rho = np.exp(t - o)
+    np.testing.assert_allclose(L.ppo_loss(tok, old, adv),
+                               -np.minimum(rho * adv, np.clip(rho, 0.8, 1.2) * adv).sum(1).mean(), rtol=1e-5)
+    w = 1 / (1 + np.exp(-adv * (-t) / 1.0))
+    np.testing.assert_allclose(L.dg_weights(tok, adv, 1.0), w, rtol=1e-6)
+    np.testing.assert_allclose(L.dg_loss(tok, adv, 1.0), -(w * adv * t).sum(1).mean(), rtol=1e-5)
+    g = np.asarray(jax.grad(lambda x: L.dg_loss(x, adv, 1.0))(tok))
+    np.testing.assert_allclose(g, -(w * adv) / 4, rtol=1e-5)     # the gate is a stop-gradient weight
+
+
+def test_group_pg_and_tpo_token_against_closed_forms():
+    rng = np.random.default_rng(8)
+    logp = jnp.asarray(rng.normal(size=(3, 6)), jnp.float32)
+    scores = jnp.asarray(rng.integers(0, 3, size=(3, 6)), jnp.float32)
+    s = np.asarray(scores)
+    c = s - s.mean(-1, keepdims=True)
+    sd = np.sqrt((c**2).mean(-1, keepdims=True))
+    u = np.where(sd > 1e-6, c / np.where(sd > 1e-6, sd, 1), c)
+    np.testing.assert_allclose(L.group_pg_loss(logp, scores, 2.0), -((u / 2.0) * np.asarray(logp)).sum(-1).mean(),
+                               rtol=1e-5)
+    cand = jnp.asarray(rng.normal(size=(2, 3, 4)), jnp.float32)      # [B, H, K] candidate log-probs
+    cand_old = jnp.asarray(rng.normal(size=(2, 3, 4)), jnp.float32)
+    cr = jnp.asarray(rng.integers(0, 2, size=(2, 3, 4)), jnp.float32)
+    x, xo, rr = np.asarray(cand), np.asarray(cand_old), np.asarray(cr)
+    cc = rr - rr.mean(-1, keepdims=True)
+    sdc = np.sqrt((cc**2).mean(-1, keepdims=True))
+    uu = np.where(sdc > 1e-6, cc / np.where(sdc > 1e-6, sdc, 1), cc)
+    lq = xo - np.log(np.exp(xo).sum(-1, keepdims=True)) + uu
+    q = np.exp(lq - lq.max(-1, keepdims=True))
+    q /= q.sum(-1, keepdims=True)
+    logp_x = x - np.log(np.exp(x).sum(-1, keepdims=True))
+    np.testing.assert_allclose(L.tpo_token_loss(cand, cand_old, cr), -(q * logp_x).sum(-1).mean(), rtol=1e-5)
+
+
+def test_mnist_bandit_adapters_against_closed_forms():
+    """The bandit's TPO group is all 10 classes: u_a = 3·sign(A), u_j = −sign(A)/3; q = softmax(log π + u)."""
+    from tpo_core import methods
+
+    rng = np.random.default_rng(9)
+    logits = jnp.asarray(rng.normal(size=(4, 10)), jnp.float32)
+    actions = jnp.array([0, 3, 7, 9])
+    labels = jnp.array([0, 1, 7, 2])
+    adv = jnp.array([0.5, -0.2, 0.0, -0.9])
+    z = np.asarray(logits)
+    logpi = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    sgn = np.sign(np.asarray(adv))
+    u = np.tile(-sgn[:, None] / 3, (1, 10))
+    u[np.arange(4), np.asarray(actions)] = 3 * sgn
+    q = np.exp(logpi + u)
+    q /= q.sum(-1, keepdims=True)
+    hp = {"eta": 1.0}
+    tpo = methods.get("tpo").bandit(logits, actions, labels, adv, hp)
+    np.testing.assert_allclose(tpo, -(q * logpi).sum(-1).mean(), rtol=1e-5)
+    picked = logpi[np.arange(4), np.asarray(actions)]
+    gpg = methods.get("group_pg").bandit(logits, actions, labels, adv, hp)
+    np.testing.assert_allclose(gpg, -(3 * sgn * picked).mean(), rtol=1e-5)
+    rwd = (np.asarray(actions) == np.asarray(labels)).astype(float)
+    zr = (rwd - rwd.mean()) / (rwd.std() + 1e-8)
+    grpo = methods.get("grpo").bandit(logits, actions, labels, adv, hp)
+    np.testing.assert_allclose(grpo, -(zr * picked).mean(), rtol=1e-5)
+    pg = methods.get("pg").bandit(logits, actions, labels, adv, hp)
+    np.testing.assert_allclose(pg, -(np.asarray(adv) * picked).mean(), rtol=1e-5)
 
 
 # ---- robustness ----------------------------------------------------------------------------------
