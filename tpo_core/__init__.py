@@ -1,4 +1,5 @@
-"""tpo_core — Target Policy Optimization (Kaddour 2026) in JAX: losses, tasks, models, jitted training.
+"""tpo_core — Target Policy Optimization (Kaddour 2026, arXiv 2604.06159) in JAX: losses, tasks, models,
+jitted training, reproduction, and a PyTorch bridge for TRL and verl (``tpo_core.bridge``).
 
 Quick tour::
 
@@ -7,14 +8,44 @@ Quick tour::
     loss = tpo_core.tpo_loss(logp, logp_old, scores)         # -Σ q log softmax(logp), mean over leading axes
     cfg = tpo_core.TokenConfig(method="tpo", H=7, episodes=300)
     metrics = tpo_core.train_tokens(cfg, seeds=(0, 1))       # numpy arrays [seeds, episodes, ...]
+
+The names below are imported on first use (PEP 562), so ``import tpo_core.bridge.torch_ops`` in a PyTorch
+trainer never imports JAX.
 """
-from .losses import (clipped_surrogate, cross_entropy_loss, dapo_loss, dg_loss, dg_weights, group_pg_loss,
-                     grpo_advantages, grpo_loss, grpo_token_ratio_loss, k3_kl, batch_baseline_advantages,
-                     pg_loss, ppo_loss, rebel_loss, rloo_advantages, rloo_loss, standardize, tpo_loss,
-                     tpo_target, tpo_token_loss, vmpo_loss, zero_variance)
-from .methods import BANDIT_METHODS, REGISTRY, TOKEN_METHODS, Method, get as get_method
-from .config import BanditConfig, TokenConfig
-from .runtime import enable_compile_cache
-from .train import make_bandit_program, make_token_program, train_bandit, train_tokens
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "losses": ("clipped_surrogate", "cross_entropy_loss", "dapo_loss", "dg_loss", "dg_weights", "group_pg_loss",
+               "grpo_advantages", "grpo_loss", "grpo_token_ratio_loss", "k3_kl", "batch_baseline_advantages",
+               "pg_loss", "ppo_loss", "rebel_loss", "rloo_advantages", "rloo_loss", "standardize", "tpo_loss",
+               "tpo_target", "tpo_token_loss", "vmpo_loss", "zero_variance"),
+    "methods": ("BANDIT_METHODS", "REGISTRY", "TOKEN_METHODS", "Method"),
+    "config": ("BanditConfig", "TokenConfig"),
+    "runtime": ("enable_compile_cache",),
+    "train": ("make_bandit_program", "make_token_program", "train_bandit", "train_tokens"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+_WHERE["get_method"] = "methods"
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        module = importlib.import_module(f".{_WHERE[name]}", __name__)
+        value = getattr(module, "get" if name == "get_method" else name)
+        globals()[name] = value
+        return value
+    try:
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError as e:
+        if e.name == f"{__name__}.{name}":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+        raise
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
