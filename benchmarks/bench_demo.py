@@ -87,11 +87,14 @@ def bench_server(args):
         print(f"explorer through the server, idle server: {summary(ms)}")
 
         d = DEFAULTS
-        train_args = (d["task"], d["methods"], d["reward"], d["H"], d["B"], d["K"], d["eta"], d["episodes"],
-                      d["n_seeds"], d["seed"], d["bandit_steps"])
         print(f"default training run: {', '.join(d['methods'])}, H={d['H']}, B={d['B']}, K={d['K']}, "
-              f"{d['episodes']} episodes")
+              f"{d['episodes']} episodes; run 1 at the default η, later runs at a new η and seed (η and the "
+              f"seed are traced: same compiled program)")
+        etas = [d["eta"], 0.5, 2.0, 0.25]
         for r in range(args.train_repeats):
+            eta, seed = etas[r % len(etas)], d["seed"] + r
+            train_args = (d["task"], d["methods"], d["reward"], d["H"], d["B"], d["K"], eta, d["episodes"],
+                          d["n_seeds"], seed, d["bandit_steps"])
             t0 = time.perf_counter()
             job = client.submit(*train_args, api_name="/train")
             first_status = first_data = None
@@ -109,7 +112,7 @@ def bench_server(args):
                     break
             (t_a, e_a), (t_b, e_b) = data_times[min(1, len(data_times) - 1)], data_times[-1]
             rate = (t_b - t_a) / max(e_b - e_a, 1)
-            print(f"  run {r + 1}: first status {1000 * first_status:.0f} ms · first data update "
+            print(f"  run {r + 1} (η={eta:g}, seed {seed}): first status {1000 * first_status:.0f} ms · first data update "
                   f"{1000 * first_data:.0f} ms after the click · then {rate:.2f} s per episode for "
                   f"{len(d['methods'])} methods ({e_b} episodes in {t_b:.1f} s)", flush=True)
             try:
@@ -122,7 +125,7 @@ def bench_server(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--explorer-calls", type=int, default=50)
-    ap.add_argument("--train-repeats", type=int, default=2)
+    ap.add_argument("--train-repeats", type=int, default=3)
     ap.add_argument("--updates", type=int, default=4, help="streamed data updates to wait for per training run")
     ap.add_argument("--warm-timeout", type=float, default=900.0)
     args = ap.parse_args()
