@@ -28,28 +28,20 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def _int_at_least(name, lo):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}")
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"{name} must be >= {lo}, got {value}")
+        return value
+    return parse
+
+
 def _positive_int(name):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}")
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
-        return value
-    return parse
-
-
-def _nonnegative_int(name):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}")
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 0, got {value}")
-        return value
-    return parse
+    return _int_at_least(name, 1)
 
 
 def parse_sweep(items) -> dict | None:
@@ -84,7 +76,7 @@ def _add_train(sub):
     p.add_argument("--eta", type=float, default=1.0)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seeds", type=_positive_int("seeds"), default=1, help="number of seeds (0..n-1)")
-    p.add_argument("--first-seed", type=_nonnegative_int("first-seed"), default=0)
+    p.add_argument("--first-seed", type=_int_at_least("first-seed", 0), default=0)
     p.add_argument("--sweep", action="append", default=None, metavar="KNOB=V1,V2,...",
                    help="train every value in one compiled program (eta, lr, beta, clip_eps, std_floor, "
                         "reward_noise; repeat to zip several knobs)")
