@@ -76,11 +76,11 @@ def color(name: str) -> str:
 
 
 def mean_and_se(curves):
-    """Seed mean and standard error of curves [S, T] (SE 0 for a single seed)."""
+    """Seed mean and standard error of curves [S, T] (the band is 0 wide for a single seed)."""
+    from .reproduce.stats import seed_se
+
     curves = np.asarray(curves, float)
-    mean = curves.mean(0)
-    se = curves.std(0, ddof=1) / np.sqrt(curves.shape[0]) if curves.shape[0] > 1 else np.zeros_like(mean)
-    return mean, se
+    return curves.mean(0), np.nan_to_num(seed_se(curves, axis=0), nan=0.0)
 
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",

@@ -29,17 +29,14 @@ METRICS = {
 }
 
 
-def seed_se(x) -> float:
-    """Standard error of the mean over seeds (sample std / √n); NaN for fewer than two seeds."""
+def seed_se(x, axis=None):
+    """Standard error of the mean over seeds (sample std / √n), the one formula every report, figure and the
+    CLI use. ``axis=None``: x is one value per seed, returns a float (NaN for fewer than two seeds);
+    ``axis=0``: x is [S, ...], returns the SE of each column (NaN columns for one seed)."""
     x = np.asarray(x, float)
-    return float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else float("nan")
-
-
-def mean_and_se(curves):
-    """Seed mean and SE along axis 0 of curves [S, T] (the SE is 0 for a single seed, for plotting)."""
-    c = np.asarray(curves, float)
-    se = c.std(0, ddof=1) / math.sqrt(len(c)) if len(c) > 1 else np.zeros(c.shape[1:])
-    return c.mean(0), se
+    n = x.size if axis is None else x.shape[axis]
+    se = x.std(axis=axis, ddof=1) / math.sqrt(n) if n > 1 else np.full(np.shape(x.mean(axis=axis)), np.nan)
+    return float(se) if axis is None else se
 
 
 def steps_to(curves, threshold: float = 0.01) -> Optional[int]:
