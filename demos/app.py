@@ -142,8 +142,11 @@ def reload_paper():
 INTRO = """\
 # Target Policy Optimization, interactively
 TPO turns a group of K scored samples into a **target distribution** q ∝ p_old·exp(u/η) and fits the policy to it
-with cross-entropy, so the gradient p − q **vanishes once the policy reaches the target** — GRPO's advantage-weighted
-gradient never does. Move η and K in the explorer; race TPO against GRPO in live training.
+with cross-entropy, so its gradient p − q **vanishes when the policy matches the target** (and on all-fail groups,
+where q = p_old); GRPO's advantage-weighted gradient has no such fixed point. The paper found TPO's gradient norm
+decaying as it converges while GRPO's stays high. The optimizers here (Muon, AdamW) normalise the gradient, so a
+vanishing gradient does not make the *step* vanish: the training tab plots both. Move η and K in the explorer;
+race TPO against GRPO in live training.
 """
 
 
@@ -231,7 +234,7 @@ def build_app() -> gr.Blocks:
                                          "side by side.", elem_id="train-status")
                     with gr.Row():
                         err_plot = gr.Plot(label="error", elem_id="train-error")
-                        grad_plot = gr.Plot(label="gradient norm", elem_id="train-grad")
+                        grad_plot = gr.Plot(label="gradient norm and step size", elem_id="train-grad")
                     with gr.Row():
                         zero_plot = gr.Plot(label="zero-variance groups", elem_id="train-zero")
                         pq_plot = gr.Plot(label="tracked group", elem_id="train-pq")
@@ -243,7 +246,8 @@ def build_app() -> gr.Blocks:
                               outputs=[status, err_plot, grad_plot, zero_plot, pq_plot, hist_state, episode],
                               api_name="train", concurrency_limit=TRAINING_CONCURRENCY, concurrency_id="training",
                               show_progress="minimal", show_progress_on=[status])
-            stop.click(None, None, None, cancels=[run], api_visibility="private")
+            stop.click(lambda: "**stopped** — press Train to start a new run", None, status, cancels=[run],
+                       api_visibility="private")
             episode.release(show_episode, inputs=[hist_state, episode], outputs=pq_plot, api_visibility="private",
                             show_progress="hidden", concurrency_id="explorer")
 

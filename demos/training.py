@@ -215,7 +215,7 @@ def warm(req: Request) -> float:
     return time.perf_counter() - t0
 
 
-KEEP = ("error", "test_error", "train_error", "grad_norm", "zero_var_frac", "success_mass",
+KEEP = ("error", "test_error", "train_error", "grad_norm", "step_norm", "zero_var_frac", "success_mass",
         "track_p", "track_q", "track_scores", "track_informative")
 
 
@@ -289,8 +289,25 @@ def error_figure(hist):
 
 
 def grad_figure(hist):
-    return _curves(hist, "grad_norm", "first-epoch gradient norm (log scale)",
-                   "‖∇‖", False, log_y=True)
+    """‖∇L‖ (solid) beside ‖Δθ‖ of the optimizer step (dashed), first epoch of each episode, log scale: TPO's
+    gradient vanishes on all-fail groups and as p reaches q, but Muon/AdamW normalise the gradient, so the
+    step does not vanish with it."""
+    title = "first epoch: ‖∇L‖ (solid) and the step ‖Δθ‖ (dashed), log"
+    runs, colors = {}, {}
+    for m, d in hist["metrics"].items():
+        for key, label in (("grad_norm", "‖∇L‖"), ("step_norm", "‖Δθ‖")):
+            if key in d:
+                name = f"{M.REGISTRY[m].title} {label}"
+                runs[name], colors[name] = d[key], plotting.color(m)
+    if not runs:
+        return _empty(title, "waiting for the first chunk…")
+    T = next(iter(runs.values())).shape[1]
+    fig = plotting.curves_figure(runs, title=title, y_title="norm", percent=False, log_y=True, x=_x(hist, T),
+                                 x_title=hist["unit"], colors=colors)
+    fig.for_each_trace(lambda t: t.update(line=dict(dash="dash")) if t.name and "Δθ" in t.name else None)
+    fig.update_layout(height=300, margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.25),
+                      title_font_size=13)
+    return fig
 
 
 def zero_var_figure(hist):
@@ -320,7 +337,7 @@ def pq_figure(hist, episode: int | None = None):
         p = d["track_p"][0, t, 0]          # [epochs, K]
         q = d["track_q"][0, t, 0]          # [K]
         s = d["track_scores"][0, t, 0]
-        names = [f"y{i + 1} s={v:.2g}" for i, v in enumerate(s)]
+        names = [f"y{i + 1}" + ("✓" if v > s.mean() else "") for i, v in enumerate(s)]  # ✓: above the group mean
         E = p.shape[0]
         for e in range(E):
             shade = plotting.color("p_old") if e == 0 else plotting.color("p")
@@ -329,8 +346,9 @@ def pq_figure(hist, episode: int | None = None):
                                  showlegend=col == 1, legendgroup=f"p{e}"), 1, col)
         fig.add_trace(go.Bar(x=names, y=q, name="q (TPO target)", marker_color=plotting.color("q"),
                              showlegend=col == 1, legendgroup="q"), 1, col)
-    fig.update_layout(title=f"{title}, episode {t}", title_font_size=14, barmode="group", height=340,
-                      margin=dict(l=40, r=10, t=70, b=40), legend=dict(orientation="h", y=-0.3))
+    fig.update_layout(title=f"{title}, episode {t}", title_font_size=13, barmode="group", height=360,
+                      margin=dict(l=40, r=10, t=90, b=60), legend=dict(orientation="h", y=-0.35, font_size=10))
+    fig.update_xaxes(tickfont_size=9)
     return fig
 
 
@@ -339,8 +357,8 @@ def _pq_subtitle(m, d, t, epochs):
     q = d["track_q"][0, t, 0]
     kl = [float((q * (np.log(np.maximum(q, 1e-12)) - np.log(np.maximum(pe, 1e-12)))).sum()) for pe in p]
     informative = bool(d["track_informative"][0, t, 0])
-    tag = "" if informative else " (zero-variance: q = p_old)"
-    return f"{M.REGISTRY[m].title}: KL(q‖p) " + "→".join(f"{v:.3f}" for v in kl) + tag
+    tag = "" if informative else " · all-equal: q = p_old"
+    return f"{M.REGISTRY[m].title}: KL(q‖p) {kl[0]:.3f} → {kl[-1]:.3f} over {epochs} epochs{tag}"
 
 
 def status_markdown(hist, backend: str = "cpu") -> str:

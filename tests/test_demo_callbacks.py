@@ -224,3 +224,18 @@ def test_log_axis_keeps_exact_zero_gradients_visible():
     assert "exact 0" in fig.layout.annotations[0].text
     linear = plotting.curves_figure(runs, log_y=False, percent=False)
     assert list(next(t for t in linear.data if t.name == "tpo").y) == [1.0, 1e-3, 0.0, 0.0]
+
+
+def test_gradient_plot_shows_the_step_beside_the_gradient():
+    """Muon/AdamW normalise the gradient: the plot pairs ‖∇L‖ with ‖Δθ‖, same colour per method, step dashed."""
+    from demos import training as T
+
+    hist = {"task": "token reversal", "unit": "episode", "done": 3, "metrics": {
+        "tpo": {"grad_norm": np.array([[0.5, 0.0, 1e-7]]), "step_norm": np.array([[0.3, 0.25, 0.24]])},
+        "grpo": {"grad_norm": np.array([[1e-9, 1e-9, 0.4]]), "step_norm": np.array([[0.2, 0.2, 0.3]])}}}
+    fig = T.grad_figure(hist)
+    lines = {t.name: t for t in fig.data if t.name}
+    assert set(lines) == {"TPO ‖∇L‖", "TPO ‖Δθ‖", "GRPO ‖∇L‖", "GRPO ‖Δθ‖"}
+    assert lines["TPO ‖Δθ‖"].line.dash == "dash" and lines["TPO ‖∇L‖"].line.dash is None
+    assert lines["TPO ‖∇L‖"].line.color == lines["TPO ‖Δθ‖"].line.color != lines["GRPO ‖∇L‖"].line.color
+    assert list(lines["TPO ‖Δθ‖"].customdata) == [0.3, 0.25, 0.24]
