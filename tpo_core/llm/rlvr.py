@@ -1,0 +1,297 @@
+"""RLVR with a real small LM: TPO (``TargetPOTrainer``) vs TRL's own ``GRPOTrainer`` on Reasoning Gym prompts.
+
+Both methods see the same prompts (one data seed), the same training seeds, the same sampling (temperature 1,
+top-p 1, no top-k) and K = 16 completions per prompt, one optimizer step per generation (so GRPO's ratio is 1
+and its clip inactive, as TPO's old log-probs are recomputed by the trainer), no KL to a reference (β = 0), Adam
+at a constant learning rate. TPO uses the paper's η = 1 and token-summed sequence log-probs (Section 3);
+``tpo_mean`` is the length-normalised variant. GRPO is TRL's default (group-normalised advantages, ``dapo``
+token aggregation).
+
+Budgets (:data:`BUDGETS`):
+
+* ``smoke``: a tiny randomly initialised Llama and a word-level tokenizer (no download, seconds; the tests and
+  CI). The random model cannot write Reasoning Gym answers in tags, so ``smoke`` scores the raw completion;
+  on ``leg_counting`` the library's substring partial credit gives it some signal;
+* ``cpu``: SmolLM2-135M-Instruct on a 2-core CPU, 1 seed by default (see the budget's ``note``);
+* ``gpu``: SmolLM2-135M-Instruct on one GPU (e.g. a free Colab T4), 3 seeds.
+
+Per (method, seed) the run writes ``<method>_seed<s>.npz`` (per-step curves) and ``.json`` (its config, wall
+time, sample completions) atomically; a finished (method, seed) with the same config is skipped, so an
+interrupted sweep resumes where it stopped. ``summary.json`` lists every run.
+
+Curves per optimizer step: ``reward`` (mean over completions), ``reward_std``, ``zero_variance_frac``
+(groups whose K rewards are equal: no signal for either method), ``entropy`` (the policy's mean token
+entropy), ``completion_length``; TPO adds ``tv`` = ½ Σ_i |q_i − p_old,i| and ``entropy_q``; GRPO adds
+``abs_advantage`` = mean |A_i|.
+
+    python -m tpo_core.llm.rlvr --task graph_coloring --budget smoke --out results/llm_smoke
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tpo_core import atomic_io
+
+__all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "run_rlvr", "tiny_model_and_tokenizer", "main"]
+
+METHODS = ("tpo", "grpo", "tpo_mean")
+CURVES = ("reward", "reward_std", "zero_variance_frac", "entropy", "completion_length", "tv", "entropy_q",
+          "abs_advantage", "loss")
+_LOG_KEYS = {"reward": "reward", "reward_std": "reward_std", "zero_variance_frac": "frac_reward_zero_std",
+             "entropy": "entropy", "completion_length": "completions/mean_length", "tv": "tpo/tv",
+             "entropy_q": "tpo/entropy_q", "abs_advantage": "grpo/abs_advantage", "loss": "loss"}
+
+
+@dataclass(frozen=True)
+class Budget:
+    model: str                    # "tiny" (random, word-level tokenizer) or "smollm2"
+    steps: int                    # optimizer steps (one generation each)
+    prompts_per_step: int         # prompts per generation; completions per step = prompts_per_step * k
+    k: int                        # completions per prompt (the group)
+    max_completion_length: int
+    n_prompts: int                # size of the prompt pool (data seed fixed)
+    seeds: tuple = (0,)
+    learning_rate: float = 1e-6
+    answer_format: str = "tags"   # "tags": Reasoning Gym's <answer> convention; "raw": score the whole completion
+    note: str = ""
+
+
+BUDGETS = {
+    "smoke": Budget("tiny", steps=2, prompts_per_step=4, k=8, max_completion_length=6, n_prompts=8, seeds=(0,),
+                    learning_rate=5e-3, answer_format="raw",
+                    note="tiny random Llama, word-level tokenizer: seconds; tests only"),
+    "cpu": Budget("smollm2", steps=30, prompts_per_step=1, k=16, max_completion_length=48, n_prompts=64,
+                  seeds=(0,), learning_rate=1e-5,
+                  note="SmolLM2-135M on a busy 2-core CPU: ≈ 1 min per step, ≈ 30 min per (method, seed)"),
+    "gpu": Budget("smollm2", steps=200, prompts_per_step=8, k=16, max_completion_length=128, n_prompts=512,
+                  seeds=(0, 1, 2), learning_rate=2e-6,
+                  note="SmolLM2-135M on one GPU (T4): expected ≈ 3–5 s per step, ≈ 15 min per (method, seed); "
+                       "not yet measured"),
+}
+
+_TINY_WORDS = [str(i) for i in range(60)]          # + 4 specials = 64 tokens: numbers only, so the raw
+                                                   # completion is a list of numbers the verifier can read
+
+
+def tiny_model_and_tokenizer(seed: int = 0):
+    """A 2-layer Llama (d = 32, vocabulary 64) and a word-level tokenizer: the bridge tests' smoke model."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[PAD]": 0, "[BOS]": 1, "[EOS]": 2, "[UNK]": 3, **{w: i + 4 for i, w in enumerate(_TINY_WORDS)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", bos_token="[BOS]",
+                                                     eos_token="[EOS]", unk_token="[UNK]", padding_side="left")
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                   pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return transformers.LlamaForCausalLM(cfg), tokenizer
+
+
+def _grpo_trainer_class():
+    """TRL's ``GRPOTrainer`` unchanged but for one extra logged number, the mean |advantage| of each batch."""
+    from trl import GRPOTrainer
+
+    class GRPOTrainerLoggingAdvantages(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["grpo/abs_advantage"].append(output["advantages"].abs().mean().item())
+            return output
+
+    return GRPOTrainerLoggingAdvantages
+
+
+class _Recorder:
+    """Wraps a reward function; keeps the first and the latest batch of (completion, reward) for the report."""
+
+    def __init__(self, reward, keep: int = 4):
+        self.reward, self.keep, self.first, self.last = reward, keep, None, None
+        self.__name__ = getattr(reward, "__name__", "reward")
+
+    def __call__(self, completions, **kwargs):
+        from .tasks import completion_text
+
+        scores = self.reward(completions, **kwargs)
+        batch = [{"completion": completion_text(c), "reward": float(s)} for c, s in zip(completions, scores)][:self.keep]
+        if self.first is None:
+            self.first = batch
+        self.last = batch
+        return scores
+
+
+def _raw_reward(reward):
+    """Score the whole completion (no tag extraction): the ``raw`` answer format."""
+    from .tasks import completion_text
+
+    def raw(completions, entry_index, **_):
+        return [float(reward.dataset.score_answer(completion_text(c).strip(), reward.entries[int(i)]))
+                for c, i in zip(completions, entry_index)]
+
+    raw.__name__ = reward.__name__
+    return raw
+
+
+def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet):
+    import torch
+    from datasets import Dataset
+
+    from tpo_core.bridge.trl import TargetPOConfig, TargetPOTrainer
+    from trl import GRPOConfig
+
+    from .tasks import train_prompts
+
+    start = time.perf_counter()
+    dataset, reward = train_prompts(task, budget.n_prompts, seed=0, setting=setting)     # same prompts for all
+    if budget.model == "tiny":
+        model, tokenizer = tiny_model_and_tokenizer(seed)
+        # the tiny model has no chat template: the prompt is the puzzle's numbers only (word-level vocabulary)
+        words = set(_TINY_WORDS)
+        dataset = Dataset.from_dict({"prompt": [" ".join([w for w in e["question"].replace(".", " ").split()
+                                                          if w in words][:8] or ["0"]) for e in reward.entries],
+                                     "entry_index": list(range(len(reward.entries)))})
+        model_line = "tiny random Llama (2 layers, d=32, vocabulary 64)"
+    else:
+        from .model import load_smollm2
+
+        loaded = load_smollm2(model_path, quiet=quiet)
+        model, tokenizer, model_line = loaded.model, loaded.tokenizer, loaded.message
+    reward_fn = _Recorder(_raw_reward(reward) if budget.answer_format == "raw" else reward)
+    scratch = tempfile.mkdtemp(prefix=f"tpo_llm_{method}_seed{seed}_")      # the Trainer's output_dir (saves nothing)
+    common = dict(output_dir=scratch, per_device_train_batch_size=budget.prompts_per_step * budget.k,
+                  gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,
+                  num_generations=budget.k, max_completion_length=budget.max_completion_length, max_steps=steps,
+                  learning_rate=budget.learning_rate, lr_scheduler_type="constant", beta=0.0, temperature=1.0,
+                  top_p=1.0, top_k=0, logging_steps=1, report_to=[], save_strategy="no", use_cpu=not torch.cuda.is_available(),
+                  bf16=False, seed=seed, data_seed=seed, dataloader_num_workers=0, disable_tqdm=True)
+    if method == "grpo":
+        args, trainer_cls = GRPOConfig(**common), _grpo_trainer_class()
+    else:
+        args = TargetPOConfig(**common, eta=1.0, sequence_logp="mean" if method == "tpo_mean" else "sum", tpo_mode="exact")
+        trainer_cls = TargetPOTrainer
+    trainer = trainer_cls(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset, processing_class=tokenizer)
+    before = [p.detach().clone() for p in model.parameters()]
+    try:
+        trainer.train()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    moved = max((p.detach() - b).abs().max().item() for p, b in zip(model.parameters(), before))
+    logs = [e for e in trainer.state.log_history if "loss" in e]
+    curves = {name: np.array([float(e.get(key, np.nan)) for e in logs], np.float64) for name, key in _LOG_KEYS.items()}
+    curves["step"] = np.arange(1, len(logs) + 1)
+    seconds = time.perf_counter() - start
+    return curves, {"method": method, "seed": seed, "model": model_line, "seconds": seconds, "steps": len(logs),
+                    "max_parameter_change": moved, "samples_first_step": reward_fn.first,
+                    "samples_last_step": reward_fn.last}
+
+
+def _config(task, setting, budget, steps):
+    from .tasks import TASKS
+
+    config = {"task": task, "setting": setting or TASKS[task].default,
+              "budget": dataclasses.asdict(budget) | {"steps": steps},
+              "eta": 1.0, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "beta": 0.0, "data_seed": 0}
+    return json.loads(json.dumps(config))                  # as it reads back from the file (tuples -> lists)
+
+
+def run_rlvr(task: str = "graph_coloring", budget: str = "smoke", out=None, *, methods=("tpo", "grpo"),
+             seeds=None, setting: str | None = None, steps: int | None = None, model_path=None,
+             quiet: bool = False) -> dict:
+    """Train every (method, seed) not already in ``out`` and return the summary (also ``out/summary.json``)."""
+    from .tasks import TASKS, _check
+
+    if budget not in BUDGETS:
+        raise ValueError(f"budget={budget!r} is not one of {sorted(BUDGETS)}")
+    _check(task, setting)
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise ValueError(f"methods={list(methods)!r}: each must be one of {list(METHODS)}")
+    b = BUDGETS[budget]
+    steps = b.steps if steps is None else int(steps)
+    if steps < 1:
+        raise ValueError(f"steps must be ≥ 1, got {steps}")
+    seeds = tuple(b.seeds if seeds is None else seeds)
+    if not seeds:
+        raise ValueError("seeds must not be empty")
+    if out is None:
+        raise ValueError("out= (a results folder) is required")
+    out = pathlib.Path(out)
+    config = _config(task, setting, b, steps)
+    runs = []
+    for method in methods:
+        for seed in seeds:
+            stem = out / f"{method}_seed{seed}"
+            meta_path = stem.with_suffix(".json")
+            if meta_path.is_file() and stem.with_suffix(".npz").is_file():
+                meta = json.loads(meta_path.read_text())
+                if meta.get("config") == config:
+                    if not quiet:
+                        print(f"tpo_core.llm.rlvr: {method} seed {seed} already done in {out}, skipped", flush=True)
+                    runs.append(meta)
+                    continue
+            curves, meta = _run_one(method, seed, task, setting, b, steps, out, model_path, quiet)
+            meta["config"] = config
+            meta["final_reward"] = float(np.nanmean(curves["reward"][-max(1, len(curves["reward"]) // 5):]))
+            atomic_io.write_npz(stem.with_suffix(".npz"), **curves)
+            atomic_io.write_json(meta_path, meta)
+            if not quiet:
+                print(f"tpo_core.llm.rlvr: {method} seed {seed}: {meta['steps']} steps in {meta['seconds']:.0f} s, "
+                      f"reward {curves['reward'][0]:.3f} -> {curves['reward'][-1]:.3f}", flush=True)
+            runs.append(meta)
+    summary = {"config": config, "methods": list(methods), "seeds": list(seeds), "setting_note": b.note,
+               "runs": [{k: r[k] for k in ("method", "seed", "seconds", "steps", "final_reward", "max_parameter_change")}
+                        for r in runs]}
+    atomic_io.write_json(out / "summary.json", summary)
+    return summary
+
+
+def main(argv=None) -> int:
+    from .tasks import TASKS
+
+    parser = argparse.ArgumentParser(prog="python -m tpo_core.llm.rlvr", description=__doc__.split("\n")[0])
+    parser.add_argument("--task", default="graph_coloring")
+    parser.add_argument("--setting", default=None)
+    parser.add_argument("--budget", default="smoke")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--methods", default="tpo,grpo", help=f"comma-separated, from {','.join(METHODS)}")
+    parser.add_argument("--seeds", default=None, help="comma-separated integers (default: the budget's)")
+    parser.add_argument("--steps", default=None, help="optimizer steps (default: the budget's)")
+    parser.add_argument("--model-path", default=None, help="a GGUF file or a Hugging Face folder")
+    args = parser.parse_args(argv)
+    try:
+        if args.task not in TASKS:
+            raise ValueError(f"--task {args.task!r} is not one of {sorted(TASKS)}")
+        if args.budget not in BUDGETS:
+            raise ValueError(f"--budget {args.budget!r} is not one of {sorted(BUDGETS)}")
+        try:
+            seeds = None if args.seeds is None else [int(s) for s in args.seeds.split(",")]
+        except ValueError:
+            raise ValueError(f"--seeds {args.seeds!r} is not a comma-separated list of integers") from None
+        try:
+            steps = None if args.steps is None else int(args.steps)
+        except ValueError:
+            raise ValueError(f"--steps {args.steps!r} is not an integer") from None
+        methods = tuple(m for m in args.methods.split(",") if m)
+        run_rlvr(args.task, args.budget, args.out, methods=methods, seeds=seeds, setting=args.setting, steps=steps,
+                 model_path=args.model_path)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
