@@ -24,7 +24,8 @@ def test_two_step_tpo_and_grpo_move_parameters_log_finite_diagnostics_and_resume
     tpo, grpo = np.load(tmp_path / "tpo_seed0.npz"), np.load(tmp_path / "grpo_seed0.npz")
     assert tpo["reward"][0] == grpo["reward"][0]                      # same prompts, seed, sampling: same first batch
     assert (tpo["tv"] > 0).any() and (grpo["abs_advantage"] > 0).any()  # the groups carried signal
-    assert json.loads((tmp_path / "summary.json").read_text())["methods"] == ["tpo", "grpo"]
+    assert json.loads((tmp_path / "summary.json").read_text())["methods"] == ["grpo", "tpo"]
+    assert not list(tmp_path.glob("*.partial.npz"))                   # replaced by the finished files
     assert not [p for p in tmp_path.iterdir() if p.is_dir()]          # no trainer folders left behind
 
     capsys.readouterr()

@@ -79,3 +79,20 @@ def test_bad_task_or_setting_names_the_parameter():
         T.make_dataset("graph_coloring", 2, 0, setting="huge")
     with pytest.raises(ValueError, match="size"):
         T.make_dataset("graph_coloring", 0, 0)
+
+
+def test_answer_formats_tags_lenient_raw():
+    ds = T.make_dataset("leg_counting", 2, seed=0, setting="a1")
+    oracle = ds[0]["answer"]
+    block = f"Let me count.\n```\n{oracle}\n```"
+    cut = f"```text\n{oracle}"                                            # a code block cut off by the length cap
+    assert T.extract_answer(block, "tags") is None
+    assert T.extract_answer(block, "lenient") == oracle and T.extract_answer(cut, "lenient") == oracle
+    assert T.extract_answer(f"```\n1\n``` <answer>{oracle}</answer>", "lenient") == oracle   # tags win
+    assert T.extract_answer(f"  {oracle} legs \n", "raw") == f"{oracle} legs"
+    assert T.extract_answer("no code here 7", "lenient") == "no code here 7"
+    reward = {f: T.RGReward(ds, answer_format=f) for f in T.ANSWER_FORMATS}
+    assert reward["tags"].score(block, 0) == 0.0 and reward["lenient"].score(block, 0) == 1.0
+    assert reward["raw"].score(block, 0) == ds.score_answer(block.strip(), ds[0])        # substring credit
+    with pytest.raises(ValueError, match="answer_format"):
+        T.RGReward(ds, answer_format="json")

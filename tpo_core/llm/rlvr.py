@@ -62,7 +62,7 @@ class Budget:
     n_prompts: int                # size of the prompt pool (data seed fixed)
     seeds: tuple = (0,)
     learning_rate: float = 1e-6
-    answer_format: str = "tags"   # "tags": Reasoning Gym's <answer> convention; "raw": score the whole completion
+    answer_format: str = "lenient"   # see tasks.extract_answer: "tags" (Reasoning Gym's), "lenient", "raw"
     note: str = ""
 
 
@@ -70,9 +70,10 @@ BUDGETS = {
     "smoke": Budget("tiny", steps=2, prompts_per_step=4, k=8, max_completion_length=6, n_prompts=8, seeds=(0,),
                     learning_rate=5e-3, answer_format="raw",
                     note="tiny random Llama, word-level tokenizer: seconds; tests only"),
-    "cpu": Budget("smollm2", steps=30, prompts_per_step=1, k=16, max_completion_length=48, n_prompts=64,
+    "cpu": Budget("smollm2", steps=20, prompts_per_step=1, k=16, max_completion_length=32, n_prompts=64,
                   seeds=(0,), learning_rate=1e-5,
-                  note="SmolLM2-135M on a busy 2-core CPU: ≈ 1 min per step, ≈ 30 min per (method, seed)"),
+                  note="SmolLM2-135M, 16 completions of ≤ 32 tokens per step; on a 2-core CPU shared with other "
+                       "jobs (load ≈ 7) sampling alone ran ≈ 5 s per token for 8 sequences: minutes per step"),
     "gpu": Budget("smollm2", steps=200, prompts_per_step=8, k=16, max_completion_length=128, n_prompts=512,
                   seeds=(0, 1, 2), learning_rate=2e-6,
                   note="SmolLM2-135M on one GPU (T4): expected ≈ 3–5 s per step, ≈ 15 min per (method, seed); "
@@ -133,16 +134,26 @@ class _Recorder:
         return scores
 
 
-def _raw_reward(reward):
-    """Score the whole completion (no tag extraction): the ``raw`` answer format."""
-    from .tasks import completion_text
+def _curves(log_history) -> dict:
+    logs = [e for e in log_history if "loss" in e]
+    curves = {name: np.array([float(e.get(key, np.nan)) for e in logs], np.float64) for name, key in _LOG_KEYS.items()}
+    curves["step"] = np.arange(1, len(logs) + 1)
+    return curves
 
-    def raw(completions, entry_index, **_):
-        return [float(reward.dataset.score_answer(completion_text(c).strip(), reward.entries[int(i)]))
-                for c, i in zip(completions, entry_index)]
 
-    raw.__name__ = reward.__name__
-    return raw
+def _partial_curves_callback():
+    from transformers import TrainerCallback
+
+    class PartialCurves(TrainerCallback):
+        """Writes the curves so far after every logged step (``<method>_seed<s>.partial.npz``), to watch a long run."""
+
+        def __init__(self, path):
+            self.path = path
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            atomic_io.write_npz(self.path, **_curves(state.log_history))
+
+    return PartialCurves
 
 
 def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet):
@@ -155,7 +166,8 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
     from .tasks import train_prompts
 
     start = time.perf_counter()
-    dataset, reward = train_prompts(task, budget.n_prompts, seed=0, setting=setting)     # same prompts for all
+    dataset, reward = train_prompts(task, budget.n_prompts, seed=0, setting=setting,      # same prompts for all
+                                    answer_format=budget.answer_format)
     if budget.model == "tiny":
         model, tokenizer = tiny_model_and_tokenizer(seed)
         # the tiny model has no chat template: the prompt is the puzzle's numbers only (word-level vocabulary)
@@ -169,7 +181,7 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
 
         loaded = load_smollm2(model_path, quiet=quiet)
         model, tokenizer, model_line = loaded.model, loaded.tokenizer, loaded.message
-    reward_fn = _Recorder(_raw_reward(reward) if budget.answer_format == "raw" else reward)
+    reward_fn = _Recorder(reward)
     scratch = tempfile.mkdtemp(prefix=f"tpo_llm_{method}_seed{seed}_")      # the Trainer's output_dir (saves nothing)
     common = dict(output_dir=scratch, per_device_train_batch_size=budget.prompts_per_step * budget.k,
                   gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,
@@ -182,16 +194,16 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
     else:
         args = TargetPOConfig(**common, eta=1.0, sequence_logp="mean" if method == "tpo_mean" else "sum", tpo_mode="exact")
         trainer_cls = TargetPOTrainer
-    trainer = trainer_cls(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset, processing_class=tokenizer)
+    trainer = trainer_cls(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset, processing_class=tokenizer,
+                          callbacks=[_partial_curves_callback()(out / f"{method}_seed{seed}.partial.npz")])
     before = [p.detach().clone() for p in model.parameters()]
     try:
         trainer.train()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     moved = max((p.detach() - b).abs().max().item() for p, b in zip(model.parameters(), before))
-    logs = [e for e in trainer.state.log_history if "loss" in e]
-    curves = {name: np.array([float(e.get(key, np.nan)) for e in logs], np.float64) for name, key in _LOG_KEYS.items()}
-    curves["step"] = np.arange(1, len(logs) + 1)
+    curves = _curves(trainer.state.log_history)
+    logs = curves["step"]
     seconds = time.perf_counter() - start
     return curves, {"method": method, "seed": seed, "model": model_line, "seconds": seconds, "steps": len(logs),
                     "max_parameter_change": moved, "samples_first_step": reward_fn.first,
@@ -247,11 +259,18 @@ def run_rlvr(task: str = "graph_coloring", budget: str = "smoke", out=None, *, m
             meta["final_reward"] = float(np.nanmean(curves["reward"][-max(1, len(curves["reward"]) // 5):]))
             atomic_io.write_npz(stem.with_suffix(".npz"), **curves)
             atomic_io.write_json(meta_path, meta)
+            stem.with_suffix(".partial.npz").unlink(missing_ok=True)
             if not quiet:
                 print(f"tpo_core.llm.rlvr: {method} seed {seed}: {meta['steps']} steps in {meta['seconds']:.0f} s, "
                       f"reward {curves['reward'][0]:.3f} -> {curves['reward'][-1]:.3f}", flush=True)
             runs.append(meta)
-    summary = {"config": config, "methods": list(methods), "seeds": list(seeds), "setting_note": b.note,
+    # every finished run in ``out`` with this config (another process may have run other methods or seeds)
+    for path in sorted(out.glob("*_seed*.json")):
+        meta = json.loads(path.read_text())
+        if meta.get("config") == config and (meta["method"], meta["seed"]) not in {(r["method"], r["seed"]) for r in runs}:
+            runs.append(meta)
+    summary = {"config": config, "methods": sorted({r["method"] for r in runs}), "seeds": sorted({r["seed"] for r in runs}),
+               "budget_note": b.note,
                "runs": [{k: r[k] for k in ("method", "seed", "seconds", "steps", "final_reward", "max_parameter_change")}
                         for r in runs]}
     atomic_io.write_json(out / "summary.json", summary)

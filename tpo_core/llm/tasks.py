@@ -17,9 +17,10 @@ gsm_symbolic     ``gsm_symbolic``       GSM8K-style templates (one difficulty in
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
-__all__ = ["TASKS", "TaskSpec", "make_dataset", "chat_prompt", "completion_text", "extract_answer", "RGReward",
+__all__ = ["TASKS", "ANSWER_FORMATS", "TaskSpec", "make_dataset", "chat_prompt", "completion_text", "extract_answer", "RGReward",
            "train_prompts", "success_rate"]
 
 
@@ -83,11 +84,30 @@ def completion_text(completion) -> str:
     return "".join(m.get("content", "") for m in completion if m.get("role", "assistant") == "assistant")
 
 
-def extract_answer(text: str) -> str | None:
-    """The last ``<answer>…</answer>`` (Reasoning Gym's own extractor), or None: no tag, no answer."""
+ANSWER_FORMATS = ("tags", "lenient", "raw")
+_CODE_BLOCK = re.compile(r"```[a-zA-Z]*\n?(.*?)(?:```|$)", re.DOTALL)
+
+
+def extract_answer(text: str, answer_format: str = "tags") -> str | None:
+    """The answer a verifier sees.
+
+    * ``"tags"`` (Reasoning Gym's convention, its own extractor): the last ``<answer>…</answer>``, else None;
+    * ``"lenient"``: the tags if present, else the last Markdown code block (closed or cut off), else the
+      whole completion, stripped. SmolLM2-135M never wrote the tags in our measurement (it answers in code
+      blocks), so with ``"tags"`` every reward is 0 and no group carries signal;
+    * ``"raw"``: the whole completion, stripped.
+    """
     from reasoning_gym.utils import extract_answer as rg_extract
 
-    return rg_extract(text)
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"answer_format={answer_format!r} is not one of {ANSWER_FORMATS}")
+    if answer_format == "raw":
+        return text.strip()
+    tagged = rg_extract(text)
+    if tagged is not None or answer_format == "tags":
+        return tagged
+    blocks = _CODE_BLOCK.findall(text)
+    return (blocks[-1] if blocks else text).strip()
 
 
 class RGReward:
@@ -97,24 +117,27 @@ class RGReward:
     entries are generated once and kept, so the verifier sees exactly the puzzle the prompt showed.
     """
 
-    def __init__(self, dataset, name: str = "reasoning_gym"):
-        self.dataset = dataset
+    def __init__(self, dataset, name: str = "reasoning_gym", answer_format: str = "tags"):
+        if answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format={answer_format!r} is not one of {ANSWER_FORMATS}")
+        self.dataset, self.answer_format = dataset, answer_format
         self.entries = [dataset[i] for i in range(len(dataset))]
         self.__name__ = name                          # TRL logs rewards under the function's name
 
     def score(self, completion, index: int) -> float:
-        return float(self.dataset.score_answer(extract_answer(completion_text(completion)), self.entries[index]))
+        answer = extract_answer(completion_text(completion), self.answer_format)
+        return float(self.dataset.score_answer(answer, self.entries[index]))
 
     def __call__(self, completions, entry_index, **_):
         return [self.score(c, int(i)) for c, i in zip(completions, entry_index)]
 
 
-def train_prompts(task: str, n: int, seed: int, setting: str | None = None):
+def train_prompts(task: str, n: int, seed: int, setting: str | None = None, answer_format: str = "tags"):
     """(HF ``Dataset`` with ``prompt`` (chat) and ``entry_index``, the reward function) for ``n`` puzzles."""
     from datasets import Dataset
 
     ds = make_dataset(task, n, seed, setting)
-    reward = RGReward(ds, name=task)
+    reward = RGReward(ds, name=task, answer_format=answer_format)
     rows = {"prompt": [chat_prompt(e["question"]) for e in reward.entries], "entry_index": list(range(n))}
     return Dataset.from_dict(rows), reward
 
@@ -123,9 +146,9 @@ def success_rate(model, tokenizer, task: str, setting: str | None = None, *, n_p
                  max_new_tokens: int = 64, temperature: float = 1.0, seed: int = 1234) -> dict:
     """The starting policy's rewards: ``k`` sampled completions for each of ``n_prompts`` puzzles.
 
-    Returns mean reward, the fraction of completions scored 1 (``success``), the fraction of groups whose
-    rewards are all equal (no learning signal for GRPO or TPO), the fraction with an ``<answer>`` tag,
-    a few sample completions, and the wall time.
+    Returns, for each answer format, the mean reward, the fraction of completions scored 1 (``success``) and
+    the fraction of groups whose rewards are all equal (no learning signal for GRPO or TPO); the fraction with
+    an ``<answer>`` tag, a few sample completions, and the wall time.
     """
     import time
 
@@ -133,10 +156,11 @@ def success_rate(model, tokenizer, task: str, setting: str | None = None, *, n_p
     import torch
 
     ds = make_dataset(task, n_prompts, seed, setting)
-    reward = RGReward(ds)
+    rewards = {f: RGReward(ds, answer_format=f) for f in ANSWER_FORMATS}
+    reward = rewards["tags"]
     torch.manual_seed(seed)
     start = time.perf_counter()
-    scores, tagged, samples = [], [], []
+    scores, tagged, samples = {f: [] for f in ANSWER_FORMATS}, [], []
     for i, entry in enumerate(reward.entries):
         enc = tokenizer.apply_chat_template(chat_prompt(entry["question"]), add_generation_prompt=True,
                                             return_tensors="pt", return_dict=True)
@@ -145,11 +169,15 @@ def success_rate(model, tokenizer, task: str, setting: str | None = None, *, n_p
                                  max_new_tokens=max_new_tokens, num_return_sequences=k,
                                  pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
         texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        scores.append([reward.score(t, i) for t in texts])
+        for f, r in rewards.items():
+            scores[f].append([r.score(t, i) for t in texts])
         tagged.append([extract_answer(t) is not None for t in texts])
         samples.append(texts[0])
-    s = np.asarray(scores)
+    by_format = {}
+    for f, sc in scores.items():
+        s = np.asarray(sc)
+        by_format[f] = {"mean_reward": float(s.mean()), "success": float((s >= 1.0).mean()),
+                        "zero_variance_frac": float((s.std(axis=1) == 0).mean())}
     return {"task": task, "setting": setting or TASKS[task].default, "n_prompts": n_prompts, "k": k,
-            "max_new_tokens": max_new_tokens, "temperature": temperature, "mean_reward": float(s.mean()),
-            "success": float((s >= 1.0).mean()), "zero_variance_frac": float((s.std(axis=1) == 0).mean()),
+            "max_new_tokens": max_new_tokens, "temperature": temperature, **by_format,
             "tagged": float(np.mean(tagged)), "seconds": time.perf_counter() - start, "samples": samples[:3]}
