@@ -36,7 +36,7 @@ def test_two_step_tpo_and_grpo_move_parameters_log_finite_diagnostics_and_resume
 
 def test_main_exit_2_with_one_line_on_bad_input(tmp_path, capsys):
     for argv in (["--task", "chess"], ["--budget", "huge"], ["--seeds", "a,b"], ["--steps", "0"],
-                 ["--methods", "ppo"], ["--setting", "v99"]):
+                 ["--methods", "ppo"], ["--setting", "v99"], ["--measure-start", "2"], ["--measure-start", "0,8"]):
         assert rlvr.main(argv + ["--out", str(tmp_path)]) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: "), (argv, err)

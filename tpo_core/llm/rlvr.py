@@ -42,7 +42,7 @@ import numpy as np
 
 from tpo_core import atomic_io
 
-__all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "run_rlvr", "tiny_model_and_tokenizer", "main"]
+__all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "run_rlvr", "measure_starting_success", "tiny_model_and_tokenizer", "main"]
 
 METHODS = ("tpo", "grpo", "tpo_mean")
 CURVES = ("reward", "reward_std", "zero_variance_frac", "entropy", "completion_length", "tv", "entropy_q",
@@ -277,6 +277,30 @@ def run_rlvr(task: str = "graph_coloring", budget: str = "smoke", out=None, *, m
     return summary
 
 
+def measure_starting_success(task: str, out, *, settings=None, n_prompts: int = 2, k: int = 8,
+                             max_new_tokens: int = 32, model_path=None) -> list[dict]:
+    """The starting SmolLM2's rewards on every setting of ``task`` (:func:`tasks.success_rate`, all answer
+    formats), appended setting by setting to ``out/starting_success.json``."""
+    from .model import load_smollm2
+    from .tasks import TASKS, _check, success_rate
+
+    names = list(TASKS[task].settings) if settings is None else list(settings)
+    for name in names:
+        _check(task, name)
+    path = pathlib.Path(out) / "starting_success.json"
+    rows = json.loads(path.read_text()) if path.is_file() else []
+    loaded = load_smollm2(model_path)
+    for name in names:
+        row = success_rate(loaded.model, loaded.tokenizer, task, name, n_prompts=n_prompts, k=k,
+                           max_new_tokens=max_new_tokens)
+        rows = [r for r in rows if (r["task"], r["setting"]) != (task, name)] + [row]
+        atomic_io.write_json(path, rows)
+        print(f"tpo_core.llm.rlvr: {task} {name}: success {row['tags']['success']:.3f} (tags) / "
+              f"{row['lenient']['success']:.3f} (lenient), mean reward {row['lenient']['mean_reward']:.4f} "
+              f"(lenient) over {n_prompts} x {k} samples in {row['seconds']:.0f} s", flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     from .tasks import TASKS
 
@@ -289,6 +313,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default=None, help="comma-separated integers (default: the budget's)")
     parser.add_argument("--steps", default=None, help="optimizer steps (default: the budget's)")
     parser.add_argument("--model-path", default=None, help="a GGUF file or a Hugging Face folder")
+    parser.add_argument("--measure-start", default=None, metavar="N_PROMPTS,K",
+                        help="instead of training: sample K completions for N_PROMPTS puzzles of every setting of "
+                             "--task (or --setting) with the starting model, write starting_success.json")
     args = parser.parse_args(argv)
     try:
         if args.task not in TASKS:
@@ -303,6 +330,16 @@ def main(argv=None) -> int:
             steps = None if args.steps is None else int(args.steps)
         except ValueError:
             raise ValueError(f"--steps {args.steps!r} is not an integer") from None
+        if args.measure_start is not None:
+            try:
+                n_prompts, k = (int(x) for x in args.measure_start.split(","))
+            except ValueError:
+                raise ValueError(f"--measure-start {args.measure_start!r} is not N_PROMPTS,K") from None
+            if n_prompts < 1 or k < 1:
+                raise ValueError(f"--measure-start {args.measure_start!r}: both must be ≥ 1")
+            measure_starting_success(args.task, args.out, settings=None if args.setting is None else [args.setting],
+                                     n_prompts=n_prompts, k=k, model_path=args.model_path)
+            return 0
         methods = tuple(m for m in args.methods.split(",") if m)
         run_rlvr(args.task, args.budget, args.out, methods=methods, seeds=seeds, setting=args.setting, steps=steps,
                  model_path=args.model_path)
