@@ -36,7 +36,7 @@ TASKS = {
         "v3": dict(num_colors=3, min_num_vertices=3, max_num_vertices=3, edge_probability=0.4),
         "v4": dict(num_colors=3, min_num_vertices=4, max_num_vertices=4, edge_probability=0.3),
         "v6": dict(num_colors=3, min_num_vertices=6, max_num_vertices=6, edge_probability=0.2),
-    }, default="v4"),
+    }, default="v3"),
     "knights_knaves": TaskSpec("knights_knaves", {
         "p2": dict(n_people=2, depth_constraint=2, width_constraint=2),
         "p3": dict(n_people=3, depth_constraint=2, width_constraint=2),
