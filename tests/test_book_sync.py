@@ -232,7 +232,7 @@ def test_plain_markdown_pages_are_not_paired(tmp_path):
 # --------------------------------------------------------------------------------------------
 # Chapters whose install cell is not yet the one below (owned elsewhere); strict: fixing one fails here
 # until it is removed from this list.
-INSTALL_CELL_PENDING = {"10_llm_trainer": "types the repository URL and does not pin Colab's jax/jaxlib"}
+INSTALL_CELL_PENDING: dict = {}
 
 
 @pytest.mark.parametrize("md", sync.sources(), ids=lambda p: p.stem)

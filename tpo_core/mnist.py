@@ -120,7 +120,7 @@ def _sklearn_digits() -> Dataset:
     perm = np.random.default_rng(0).permutation(len(y))
     n = int(0.8 * len(y))
     return Dataset(x[perm[:n]], y[perm[:n]], x[perm[n:]], y[perm[n:]],
-                   "MNIST not found and not downloadable: using scikit-learn's 8x8 digits (1,437 train / 360 test)")
+                   "MNIST unavailable (no IDX files here, and offline): using scikit-learn's 8x8 digits (1,437 train / 360 test)")
 
 
 def load(data_dir=None, *, allow_download: bool = True, verbose: bool = True) -> Dataset:

@@ -1,7 +1,7 @@
 """Helpers for the book's notebooks (also used in Colab, where only the installed package exists).
 
-``QUICK`` budgets: ``TPO_QUICK=1`` forces the quick (CPU-sized) budget, ``TPO_QUICK=0`` the full
-chapter budget; unset, the quick budget is used unless a GPU is visible.
+``QUICK`` budgets: the quick (CPU-sized) budget is the default on every backend, Colab's GPUs included;
+``TPO_QUICK=0`` selects the full chapter budget (each chapter states its expected time).
 """
 from __future__ import annotations
 
@@ -17,9 +17,7 @@ from .runtime import enable_compile_cache
 
 def quick_mode() -> bool:
     flag = os.environ.get("TPO_QUICK")
-    if flag is not None:
-        return flag not in ("0", "false", "False", "")
-    return jax.default_backend() == "cpu"
+    return flag is None or flag not in ("0", "false", "False", "")
 
 
 def setup(verbose: bool = True) -> bool:
@@ -29,7 +27,7 @@ def setup(verbose: bool = True) -> bool:
     quick = quick_mode()
     if verbose:
         print(f"JAX {jax.__version__} on {jax.default_backend().upper()}: {jax.devices()}")
-        print("budget:", "quick (CPU-sized; set TPO_QUICK=0 for the full chapter)" if quick else "full")
+        print("budget:", "quick (the default; set TPO_QUICK=0 for the full chapter)" if quick else "full")
     return quick
 
 
