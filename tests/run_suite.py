@@ -30,7 +30,8 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 # Slowest first, so the long jobs start at once; the book files build the book once and run in order.
-ORDER = [("test_book_browser.py", "test_book_build.py"), ("test_reproduce.py",), ("test_train.py",)]
+ORDER = [("test_book_browser.py", "test_book_build.py"), ("test_reproduce.py",), ("test_train.py",), ("test_colab.py",),
+         ("test_bridge_torch_ops.py",), ("test_bridge_trl.py",)]
 _print_lock = threading.Lock()
 
 
