@@ -147,11 +147,17 @@ def _partial_curves_callback():
     class PartialCurves(TrainerCallback):
         """Writes the curves so far after every logged step (``<method>_seed<s>.partial.npz``), to watch a long run."""
 
-        def __init__(self, path):
-            self.path = path
+        def __init__(self, path, label, quiet):
+            self.path, self.label, self.quiet, self.start = path, label, quiet, time.perf_counter()
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            atomic_io.write_npz(self.path, **_curves(state.log_history))
+            curves = _curves(state.log_history)
+            atomic_io.write_npz(self.path, **curves)
+            if not self.quiet and len(curves["step"]) and logs and "loss" in logs:
+                own = ("tv", curves["tv"][-1]) if np.isfinite(curves["tv"][-1]) else ("|A|", curves["abs_advantage"][-1])
+                print(f"tpo_core.llm.rlvr: {self.label} step {len(curves['step'])}/{args.max_steps}: reward "
+                      f"{curves['reward'][-1]:.4f}, zero-variance groups {curves['zero_variance_frac'][-1]:.2f}, "
+                      f"{own[0]} {own[1]:.3f} ({time.perf_counter() - self.start:.0f} s)", flush=True)
 
     return PartialCurves
 
@@ -160,8 +166,10 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
     import torch
     from datasets import Dataset
 
-    from tpo_core.bridge.trl import TargetPOConfig, TargetPOTrainer
+    from transformers import PrinterCallback
     from trl import GRPOConfig
+
+    from tpo_core.bridge.trl import TargetPOConfig, TargetPOTrainer
 
     from .tasks import train_prompts
 
@@ -195,7 +203,9 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
         args = TargetPOConfig(**common, eta=1.0, sequence_logp="mean" if method == "tpo_mean" else "sum", tpo_mode="exact")
         trainer_cls = TargetPOTrainer
     trainer = trainer_cls(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset, processing_class=tokenizer,
-                          callbacks=[_partial_curves_callback()(out / f"{method}_seed{seed}.partial.npz")])
+                          callbacks=[_partial_curves_callback()(out / f"{method}_seed{seed}.partial.npz",
+                                                                f"{method} seed {seed}", quiet)])
+    trainer.remove_callback(PrinterCallback)                 # the Trainer's raw log dicts; the line above replaces them
     before = [p.detach().clone() for p in model.parameters()]
     try:
         trainer.train()
