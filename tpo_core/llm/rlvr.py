@@ -74,10 +74,11 @@ BUDGETS = {
                   seeds=(0,), learning_rate=1e-5,
                   note="SmolLM2-135M, 16 completions of ≤ 32 tokens per step; on a 2-core CPU shared with other "
                        "jobs (load ≈ 7) sampling alone ran ≈ 5 s per token for 8 sequences: minutes per step"),
-    "gpu": Budget("smollm2", steps=200, prompts_per_step=8, k=16, max_completion_length=128, n_prompts=512,
-                  seeds=(0, 1, 2), learning_rate=2e-6,
-                  note="SmolLM2-135M on one GPU (T4): expected ≈ 3–5 s per step, ≈ 15 min per (method, seed); "
-                       "not yet measured"),
+    "gpu": Budget("smollm2", steps=60, prompts_per_step=4, k=16, max_completion_length=128, n_prompts=256,
+                  seeds=(0, 1, 2), learning_rate=1e-5,
+                  note="SmolLM2-135M on one GPU (a free Colab T4, fp32, no vLLM): expected ≈ 5 s per step, "
+                       "≈ 5 min per (method, seed), ≈ 30 min for TPO and GRPO x 3 seeds; an estimate, not measured "
+                       "(no GPU was at hand)"),
 }
 
 _TINY_WORDS = [str(i) for i in range(60)]          # + 4 specials = 64 tokens: numbers only, so the raw
