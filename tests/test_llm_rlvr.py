@@ -27,6 +27,8 @@ def test_two_step_tpo_and_grpo_move_parameters_log_finite_diagnostics_and_resume
     assert json.loads((tmp_path / "summary.json").read_text())["methods"] == ["grpo", "tpo"]
     assert not list(tmp_path.glob("*.partial.npz"))                   # replaced by the finished files
     assert not [p for p in tmp_path.iterdir() if p.is_dir()]          # no trainer folders left behind
+    page = (tmp_path / "figure.html").read_text()
+    assert "mean |A|: GRPO" in page and "tpo (1 seed)" in page and "grpo (1 seed)" in page
 
     capsys.readouterr()
     rlvr.run_rlvr("leg_counting", "smoke", tmp_path, methods=("tpo", "grpo"))     # resumed: nothing retrained

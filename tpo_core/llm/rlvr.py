@@ -17,7 +17,7 @@ Budgets (:data:`BUDGETS`):
 
 Per (method, seed) the run writes ``<method>_seed<s>.npz`` (per-step curves) and ``.json`` (its config, wall
 time, sample completions) atomically; a finished (method, seed) with the same config is skipped, so an
-interrupted sweep resumes where it stopped. ``summary.json`` lists every run.
+interrupted sweep resumes where it stopped. ``summary.json`` lists every run; ``figure.html`` draws them.
 
 Curves per optimizer step: ``reward`` (mean over completions), ``reward_std``, ``zero_variance_frac``
 (groups whose K rewards are equal: no signal for either method), ``entropy`` (the policy's mean token
@@ -42,7 +42,7 @@ import numpy as np
 
 from tpo_core import atomic_io
 
-__all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "run_rlvr", "measure_starting_success", "tiny_model_and_tokenizer", "main"]
+__all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "run_rlvr", "measure_starting_success", "figure_html", "tiny_model_and_tokenizer", "main"]
 
 METHODS = ("tpo", "grpo", "tpo_mean")
 CURVES = ("reward", "reward_std", "zero_variance_frac", "entropy", "completion_length", "tv", "entropy_q",
@@ -285,7 +285,55 @@ def run_rlvr(task: str = "graph_coloring", budget: str = "smoke", out=None, *, m
                "runs": [{k: r[k] for k in ("method", "seed", "seconds", "steps", "final_reward", "max_parameter_change")}
                         for r in runs]}
     atomic_io.write_json(out / "summary.json", summary)
+    atomic_io.write_text(out / "figure.html", figure_html(out))
     return summary
+
+
+FIGURE_PANELS = (("reward", "mean reward"), ("zero_variance_frac", "groups with no signal"),
+                 ("tv", "TV(q, p_old): TPO"), ("abs_advantage", "mean |A|: GRPO"), ("entropy", "policy token entropy"),
+                 ("entropy_q", "entropy of q: TPO"))
+
+
+def figure_html(out) -> str:
+    """Every finished run in ``out`` (``<method>_seed<s>.npz``) as one self-contained page: per method, the seed
+    mean ± 1 SE of each curve over optimizer steps."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
+    from plotly.subplots import make_subplots
+
+    from tpo_core.plotting import color
+
+    out = pathlib.Path(out)
+    by_method: dict[str, list] = {}
+    for path in sorted(out.glob("*_seed*.npz")):
+        if not path.name.endswith(".partial.npz"):
+            by_method.setdefault(path.name.rsplit("_seed", 1)[0], []).append(dict(np.load(path)))
+    fig = make_subplots(rows=2, cols=3, subplot_titles=[t for _, t in FIGURE_PANELS])
+    for method, runs in by_method.items():
+        steps = min(len(r["reward"]) for r in runs)
+        c = color("tpo" if method.startswith("tpo") else method)
+        dash = "dot" if method == "tpo_mean" else "solid"
+        for n, (key, _) in enumerate(FIGURE_PANELS):
+            y = np.stack([r[key][:steps] for r in runs])
+            if not np.isfinite(y).any():
+                continue
+            mean = y.mean(0)
+            se = y.std(0, ddof=1) / np.sqrt(len(y)) if len(y) > 1 else np.zeros_like(mean)
+            x = np.arange(1, steps + 1)
+            row, col = n // 3 + 1, n % 3 + 1
+            fig.add_trace(go.Scatter(x=np.concatenate([x, x[::-1]]), y=np.concatenate([mean + se, (mean - se)[::-1]]),
+                                     fill="toself", fillcolor=c, opacity=0.15, line=dict(width=0), hoverinfo="skip",
+                                     showlegend=False, legendgroup=method), row, col)
+            fig.add_trace(go.Scatter(x=x, y=mean, name=f"{method} ({len(runs)} seed{'s' * (len(runs) > 1)})",
+                                     legendgroup=method, showlegend=n == 0, line=dict(color=c, dash=dash)), row, col)
+    summary_path = out / "summary.json"
+    title = "TPO vs GRPO on a real LM"
+    if summary_path.is_file():
+        cfg = json.loads(summary_path.read_text())["config"]
+        title += f": {cfg['task']} ({cfg['setting']}), K = {cfg['budget']['k']}, seed mean ± 1 SE"
+    fig.update_layout(title=title, template="plotly_white", height=620, legend=dict(orientation="h", y=-0.1))
+    fig.update_xaxes(title_text="optimizer step")
+    return pio.to_html(fig, include_plotlyjs=True, full_html=True)
 
 
 def measure_starting_success(task: str, out, *, settings=None, n_prompts: int = 2, k: int = 8,
