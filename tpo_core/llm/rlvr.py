@@ -166,7 +166,6 @@ def _partial_curves_callback():
 def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet):
     import torch
     from datasets import Dataset
-
     from transformers import PrinterCallback
     from trl import GRPOConfig
 
