@@ -14,7 +14,7 @@ import urllib.parse
 
 import pytest
 
-import book_helpers
+from tests import book_helpers
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(book_helpers.BUILD_TIMEOUT_S + 600)]
 

@@ -12,7 +12,7 @@ import plotly
 import pytest
 import yaml
 
-import book_helpers
+from tests import book_helpers
 
 pytestmark = pytest.mark.timeout(book_helpers.BUILD_TIMEOUT_S + 300)
 
