@@ -21,7 +21,8 @@ interrupted sweep resumes where it stopped. ``summary.json`` lists every run; ``
 
 Curves per optimizer step: ``reward`` (mean over completions), ``reward_std``, ``zero_variance_frac``
 (groups whose K rewards are equal: no signal for either method), ``entropy`` (the policy's mean token
-entropy), ``completion_length``; TPO adds ``tv`` = ½ Σ_i |q_i − p_old,i| and ``entropy_q``; GRPO adds
+entropy), ``completion_length``; TPO adds ``tv`` = ½ Σ_i |q_i − p_old,i|, ``entropy_q`` and ``entropy_p_old`` (of the
+group softmax: near 0 when one completion's sequence log-prob dominates the group, so q ≈ p_old); GRPO adds
 ``abs_advantage`` = mean |A_i|.
 
     python -m tpo_core.llm.rlvr --task graph_coloring --budget smoke --out results/llm_smoke
@@ -42,14 +43,16 @@ import numpy as np
 
 from tpo_core import atomic_io
 
-__all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "run_rlvr", "measure_starting_success", "figure_html", "tiny_model_and_tokenizer", "main"]
+__all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "run_rlvr", "measure_starting_success", "figure_html",
+           "tiny_model_and_tokenizer", "main"]
 
 METHODS = ("tpo", "grpo", "tpo_mean")
 CURVES = ("reward", "reward_std", "zero_variance_frac", "entropy", "completion_length", "tv", "entropy_q",
-          "abs_advantage", "loss")
+          "entropy_p_old", "abs_advantage", "loss")
 _LOG_KEYS = {"reward": "reward", "reward_std": "reward_std", "zero_variance_frac": "frac_reward_zero_std",
              "entropy": "entropy", "completion_length": "completions/mean_length", "tv": "tpo/tv",
-             "entropy_q": "tpo/entropy_q", "abs_advantage": "grpo/abs_advantage", "loss": "loss"}
+             "entropy_q": "tpo/entropy_q", "entropy_p_old": "tpo/entropy_p_old",
+             "abs_advantage": "grpo/abs_advantage", "loss": "loss"}
 
 
 @dataclass(frozen=True)
