@@ -303,7 +303,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from tpo_core.train import enable_compile_cache
+    from tpo_core.runtime import enable_compile_cache
 
     shared_mnist = paper.ROOT.parent / "shared" / "data" / "mnist"  # as the Makefile and tests/conftest.py do
     if "TPO_DATA_DIR" not in os.environ and shared_mnist.is_dir():

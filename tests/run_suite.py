@@ -3,7 +3,7 @@
 Why separate processes: every compiled XLA CPU program holds ~1k memory maps, and one process may hold
 only vm.max_map_count (65,530) of them; a single pytest process that compiles every method, preset, demo
 and book helper crashed natively in CI (SIGSEGV / SIGABRT inside XLA) once it crossed that limit.
-``tpo_core.train.release_compiled`` now frees compiled programs at half the limit; a fresh process per
+``tpo_core.runtime.release_compiled`` now frees compiled programs at half the limit; a fresh process per
 file also keeps a native crash, should one happen, to the file it happened in.
 
 Why two at a time: the book build (one job: the two book files share one build and run in order) takes as
