@@ -37,6 +37,7 @@ def run(*args, timeout=600):
     (["train", "--sweep", "eta"], "sweep"),
     (["reproduce", "table3", "--seeds", "0"], "seeds"),
     (["reproduce", "mnist", "--budget", "paper-h10"], "budget"),
+    (["reproduce", "table3", "--budget", "smoke", "--only", "ppo_H_9"], "only"),
     (["train", "--out", "run.txt"], "out"),
     (["fly"], "invalid choice"),
 ])

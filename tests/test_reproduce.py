@@ -450,6 +450,44 @@ def test_a_killed_per_seed_run_resumes_without_losing_or_duplicating_a_seed(tmp_
     assert not list((out / ".checkpoints").glob("*.npz")) if (out / ".checkpoints").exists() else True
 
 
+def test_processes_sharing_a_reproduction_with_only_train_their_own_runs_and_the_last_writes_the_summary(
+        tmp_path, monkeypatch):
+    cfg = dict(H=3, B=4, K=4, episodes=8, d_model=16, layers=1, ffn=32, track=0, reward="terminal")
+
+    def build(budget):
+        return [Run(f"{m} H=3", TokenConfig(method=m, **cfg), (0, 1), (("method", m),), seed_batch=1)
+                for m in ("tpo", "grpo")], "tiny"
+
+    monkeypatch.setitem(PRESETS, "tiny_only", presets.Preset("tiny_only", "tiny", "claim", ("final_error",), build,
+                                                             lambda lab, met: None, "none"))
+    trained = []
+    real = runner.execute
+
+    def spy(group, batch, *a, **k):
+        trained.append((group[0].key, tuple(batch)))
+        return real(group, batch, *a, **k)
+
+    monkeypatch.setattr(runner, "execute", spy)
+    messages = []
+    first = runner.run_preset("tiny_only", "smoke", tmp_path, chunk=4, progress=False, only=["tpo_H_3"],
+                              log=messages.append)
+    assert first is None and not (tmp_path / "summary.json").exists()
+    assert trained == [("tpo H=3", (0,)), ("tpo H=3", (1,))]
+    assert any("grpo H=3 seed 0" in m and "no summary" in m for m in messages)
+    assert sorted(p.parent.name for p in tmp_path.glob("*.seeds/seed_*.npz")) == ["tpo_H_3.seeds"] * 2
+    tpo_files = {p: p.stat().st_mtime_ns for p in tmp_path.glob("tpo_H_3.seeds/*.npz")}
+    trained.clear()
+    second = runner.run_preset("tiny_only", "smoke", tmp_path, chunk=4, progress=False, only=["grpo H=3"],
+                               log=messages.append)
+    assert trained == [("grpo H=3", (0,)), ("grpo H=3", (1,))]       # the other process's seeds are reused
+    assert {p: p.stat().st_mtime_ns for p in tpo_files} == tpo_files
+    assert [(r["key"], len(r["seeds"])) for r in second["rows"]] == [("tpo H=3", 2), ("grpo H=3", 2)]
+    assert json.loads((tmp_path / "summary.json").read_text())["rows"][1]["key"] == "grpo H=3"
+    for bad in (["ppo_H_3"], []):
+        with pytest.raises(ValueError, match="only must name runs of tiny_only .*tpo_H_3, grpo_H_3"):
+            runner.run_preset("tiny_only", "smoke", tmp_path, progress=False, only=bad)
+
+
 def test_a_batch_interrupted_mid_run_resumes_at_its_next_chunk_with_identical_results(tmp_path):
     run = Run("tpo", TokenConfig(method="tpo", H=3, B=4, K=4, episodes=30, d_model=16, layers=1, ffn=32, track=0),
               (0,), seed_batch=1)

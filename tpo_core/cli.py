@@ -157,6 +157,9 @@ def _add_reproduce(sub):
     p.add_argument("--seeds", type=_positive_int("seeds"), default=None, help="number of seeds (default: the budget's)")
     p.add_argument("--out", default=None, help="results folder (default results/<name>)")
     p.add_argument("--chunk", type=_positive_int("chunk"), default=None, help="episodes per streamed chunk")
+    p.add_argument("--only", default=None, metavar="RUN[,RUN]",
+                   help="train only these runs (e.g. tpo_H_10_P), so several processes can share one --out; "
+                        "the summary is written by whichever finishes the last run")
     p.add_argument("--distributed", action="store_true",
                    help="call jax.distributed.initialize() first (several hosts, one process each)")
     p.add_argument("--quiet", action="store_true")
@@ -177,9 +180,12 @@ def cmd_reproduce(args) -> int:
     out = args.out or f"results/{args.name}"
     command = f"python -m tpo_core reproduce {args.name} --budget {args.budget}" + (
         f" --seeds {args.seeds}" if args.seeds else "") + f" --out {out}"
+    only = None if args.only is None else [k.strip() for k in args.only.split(",") if k.strip()]
     summary = reproduce.run_preset(args.name, args.budget, out, chunk=args.chunk, progress=not args.quiet,
-                                   command=command, seeds=args.seeds)
-    if reproduce.runner.is_main_process():
+                                   command=command, seeds=args.seeds, only=only)
+    if summary is None:
+        print(f"trained {', '.join(only)}; {out}/summary.json is written once every run of the preset is done")
+    elif reproduce.runner.is_main_process():
         print(report.to_markdown([summary]))
         print(f"wrote {out}/summary.json, {out}/figure.html and {len(summary['rows'])} rows")
     return 0

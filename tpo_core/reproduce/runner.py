@@ -189,11 +189,23 @@ def _jobs(runs: list[Run], have: dict) -> list[tuple[list[Run], tuple]]:
 
 
 def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[int] = None, progress: bool = True,
-               dataset=None, command: Optional[str] = None, log=None, seeds: Optional[int] = None) -> dict:
+               dataset=None, command: Optional[str] = None, log=None, seeds: Optional[int] = None,
+               only: Optional[Sequence[str]] = None) -> Optional[dict]:
     """Train (or resume) every run of a preset and return its summary; with ``out``, write the per-run
-    files, ``summary.json`` and ``figure.html`` there (atomically). ``seeds`` overrides the number of seeds."""
+    files, ``summary.json`` and ``figure.html`` there (atomically). ``seeds`` overrides the number of seeds.
+
+    ``only`` (run keys, e.g. ``["tpo_H_10_P"]``) trains those runs alone, so that several processes can share
+    one reproduction (one per core, each with its own runs, all writing into ``out``). The summary needs every
+    run: it is written (and returned) only once the other runs' files are there too, else None."""
     preset = get(name)
     runs, note = preset.runs(budget)
+    if only is not None:  # run keys ("tpo H=10 P") or their file stems ("tpo_H_10_P")
+        names = {n: r.key for r in runs for n in (r.key, r.stem)}
+        unknown = [k for k in only if k not in names]
+        if unknown or not only:
+            raise ValueError(f"only must name runs of {name} at budget {budget} "
+                             f"({', '.join(r.stem for r in runs)}), got {', '.join(unknown) or 'nothing'}")
+        only = {names[k] for k in only}
     if seeds is not None:
         if not (isinstance(seeds, int) and seeds >= 1):
             raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
@@ -226,7 +238,7 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
                 whole[r.key] = got
                 log(f"[{name}] {r.key}: found {r.filename}, skipped")
     have = {**{k: True for k in whole}, **{k: True for k in per_seed}}
-    jobs = _jobs(runs, have)
+    jobs = _jobs([r for r in runs if only is None or r.key in only], have)
     for i, (group, batch) in enumerate(jobs):
         label = group[0].key if len(group) == 1 else f"{len(group)} runs ({group[0].key} ...)"
         bar = None
@@ -254,6 +266,12 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
                 whole[r.key] = (c, info)
                 if out is not None and main:
                     write_run_file(out / r.filename, r, c, info)
+    missing = [r.key for r in runs if (r.key not in whole) if not r.seed_batch] + [
+        f"{r.key} seed {s}" for r in runs if r.seed_batch for s in r.seeds if (r.key, s) not in per_seed]
+    if missing:
+        log(f"[{name}] {len(missing)} runs or seeds are not done yet ({', '.join(missing[:4])}"
+            f"{', ...' if len(missing) > 4 else ''}): no summary written")
+        return None
     all_curves = {}
     for r in runs:
         if r.seed_batch:
