@@ -477,12 +477,21 @@ def test_processes_sharing_a_reproduction_with_only_train_their_own_runs_and_the
     assert sorted(p.parent.name for p in tmp_path.glob("*.seeds/seed_*.npz")) == ["tpo_H_3.seeds"] * 2
     tpo_files = {p: p.stat().st_mtime_ns for p in tmp_path.glob("tpo_H_3.seeds/*.npz")}
     trained.clear()
+    (tmp_path / "tpo_H_3.seeds" / "seed_1.npz").rename(tmp_path / "seed_1.npz")   # as if seed 1 were running
+    progress = runner.run_preset("tiny_only", "smoke", tmp_path, progress=False, partial=True, log=messages.append)
+    (tmp_path / "seed_1.npz").rename(tmp_path / "tpo_H_3.seeds" / "seed_1.npz")
+    assert trained == [] and progress["partial"] is True                  # nothing trained, one seed summarised
+    assert [(r["key"], r["seeds"]) for r in progress["rows"]] == [("tpo H=3", [0])]
+    assert "(in progress: tpo H=3 1 seed so far)" in report.to_markdown([progress])
+    with pytest.raises(ValueError, match="partial: .* holds no finished seed"):
+        runner.run_preset("tiny_only", "smoke", tmp_path / "empty", progress=False, partial=True)
     second = runner.run_preset("tiny_only", "smoke", tmp_path, chunk=4, progress=False, only=["grpo H=3"],
                                log=messages.append)
     assert trained == [("grpo H=3", (0,)), ("grpo H=3", (1,))]       # the other process's seeds are reused
     assert {p: p.stat().st_mtime_ns for p in tpo_files} == tpo_files
     assert [(r["key"], len(r["seeds"])) for r in second["rows"]] == [("tpo H=3", 2), ("grpo H=3", 2)]
-    assert json.loads((tmp_path / "summary.json").read_text())["rows"][1]["key"] == "grpo H=3"
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["rows"][1]["key"] == "grpo H=3" and saved["partial"] is False
     for bad in (["ppo_H_3"], []):
         with pytest.raises(ValueError, match="only must name runs of tiny_only .*tpo_H_3, grpo_H_3"):
             runner.run_preset("tiny_only", "smoke", tmp_path, progress=False, only=bad)

@@ -160,6 +160,8 @@ def _add_reproduce(sub):
     p.add_argument("--only", default=None, metavar="RUN[,RUN]",
                    help="train only these runs (e.g. tpo_H_10_P), so several processes can share one --out; "
                         "the summary is written by whichever finishes the last run")
+    p.add_argument("--partial", action="store_true",
+                   help="train nothing: write the summary of the seeds finished so far (a run in progress)")
     p.add_argument("--distributed", action="store_true",
                    help="call jax.distributed.initialize() first (several hosts, one process each)")
     p.add_argument("--quiet", action="store_true")
@@ -182,7 +184,7 @@ def cmd_reproduce(args) -> int:
         f" --seeds {args.seeds}" if args.seeds else "") + f" --out {out}"
     only = None if args.only is None else [k.strip() for k in args.only.split(",") if k.strip()]
     summary = reproduce.run_preset(args.name, args.budget, out, chunk=args.chunk, progress=not args.quiet,
-                                   command=command, seeds=args.seeds, only=only)
+                                   command=command, seeds=args.seeds, only=only, partial=args.partial)
     if summary is None:
         print(f"trained {', '.join(only)}; {out}/summary.json is written once every run of the preset is done")
     elif reproduce.runner.is_main_process():

@@ -62,6 +62,14 @@ def _engine_text(s) -> str:
     return "engine " + ", ".join(map(str, engines))
 
 
+def _partial_text(s) -> str:
+    """' (in progress: ...)' for a summary of a reproduction whose seeds are not all finished."""
+    if not s.get("partial"):
+        return ""
+    return " (in progress: " + ", ".join(f"{r['key']} {len(r['seeds'])} seed{'s' * (len(r['seeds']) != 1)}" for r in s["rows"]
+                                         if r["metric"] == s["metrics"][0]) + " so far)"
+
+
 def row_cells(r: dict) -> list[str]:
     """One summary row as table cells (shared by markdown and HTML)."""
     metric = r["metric"]
@@ -126,7 +134,7 @@ def to_markdown(summaries: list[dict], command: str | None = None) -> str:
               "±δ; otherwise *inconclusive* (too few seeds for the effect). δ is the effect the "
               "comparison must resolve (Table 3: half the paper's TPO–GRPO gap in that column).", ""]
     for s in summaries:
-        lines += [f"## {s['title']} — `{s['preset']}`, budget `{s['budget']}`", "",
+        lines += [f"## {s['title']} — `{s['preset']}`, budget `{s['budget']}`{_partial_text(s)}", "",
                   f"**Paper's claim.** {s['claim']}", "",
                   f"**Paper's setting.** {s['paper_setting']}. **This run.** {s['budget_note']}.", "",
                   f"**Command.** `{s['command']}` — {s.get('train_seconds', 0):.0f} s of training on "
@@ -157,7 +165,8 @@ def to_html(summaries: list[dict]) -> str:
              "td,th{border:1px solid #ccc;padding:3px 8px}td.inconsistent{color:#b00;font-weight:bold}</style>"
              "</head><body>", "<h1>Reproduction report</h1>", f"<p>{e(headline(summaries))}</p>"]
     for s in summaries:
-        parts += [f"<h2>{e(s['title'])} — <code>{e(s['preset'])}</code>, budget <code>{e(s['budget'])}</code></h2>",
+        parts += [f"<h2>{e(s['title'])} — <code>{e(s['preset'])}</code>, budget <code>{e(s['budget'])}</code>"
+                  f"{e(_partial_text(s))}</h2>",
                   f"<p><b>Paper's claim.</b> {e(s['claim'])}</p>",
                   f"<p><b>Paper's setting.</b> {e(s['paper_setting'])}. <b>This run.</b> {e(s['budget_note'])}.</p>",
                   f"<p><b>Command.</b> <code>{e(s['command'])}</code></p>",

@@ -190,13 +190,16 @@ def _jobs(runs: list[Run], have: dict) -> list[tuple[list[Run], tuple]]:
 
 def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[int] = None, progress: bool = True,
                dataset=None, command: Optional[str] = None, log=None, seeds: Optional[int] = None,
-               only: Optional[Sequence[str]] = None) -> Optional[dict]:
+               only: Optional[Sequence[str]] = None, partial: bool = False) -> Optional[dict]:
     """Train (or resume) every run of a preset and return its summary; with ``out``, write the per-run
     files, ``summary.json`` and ``figure.html`` there (atomically). ``seeds`` overrides the number of seeds.
 
     ``only`` (run keys, e.g. ``["tpo_H_10_P"]``) trains those runs alone, so that several processes can share
     one reproduction (one per core, each with its own runs, all writing into ``out``). The summary needs every
-    run: it is written (and returned) only once the other runs' files are there too, else None."""
+    run: it is written (and returned) only once the other runs' files are there too, else None.
+
+    ``partial`` trains nothing: it summarises the per-seed runs with the seeds finished so far (a long
+    reproduction in progress); the summary says ``partial: true`` and each row lists its seeds."""
     preset = get(name)
     runs, note = preset.runs(budget)
     if only is not None:  # run keys ("tpo H=10 P") or their file stems ("tpo_H_10_P")
@@ -238,7 +241,16 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
                 whole[r.key] = got
                 log(f"[{name}] {r.key}: found {r.filename}, skipped")
     have = {**{k: True for k in whole}, **{k: True for k in per_seed}}
-    jobs = _jobs([r for r in runs if only is None or r.key in only], have)
+    if partial:
+        if out is None:
+            raise ValueError("partial needs out, the folder of the finished seeds")
+        runs = [dataclasses.replace(r, seeds=tuple(s for s in r.seeds if (r.key, s) in per_seed))
+                if r.seed_batch else r for r in runs if (r.key in whole) or r.seed_batch]
+        runs = [r for r in runs if r.seeds]
+        if not runs:
+            raise ValueError(f"partial: {out} holds no finished seed of {name} at budget {budget}")
+        note += "; in progress: " + ", ".join(f"{r.key} {len(r.seeds)} seeds" for r in runs if r.seed_batch)
+    jobs = [] if partial else _jobs([r for r in runs if only is None or r.key in only], have)
     for i, (group, batch) in enumerate(jobs):
         label = group[0].key if len(group) == 1 else f"{len(group)} runs ({group[0].key} ...)"
         bar = None
@@ -285,6 +297,7 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
     summary = summarize(preset, budget, note, runs, all_curves, infos, command=command,
                         data_source=getattr(dataset, "source", None))
     summary["wall_seconds"] = time.perf_counter() - t_start
+    summary["partial"] = bool(partial)
     if out is not None and main:
         from .. import plotting
         atomic_io.write_json(out / "summary.json", summary)
