@@ -16,7 +16,8 @@ from book import build, sync
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-CHAPTERS = ["01_policy_gradients", "02_deriving_tpo", "03_loss_in_code", "04_mnist_bandit",
+CHAPTERS = ["01_policy_gradients", "02_deriving_tpo", "03_loss_in_code", "03b_annotated_trainer",
+            "03c_tabular_bandit", "04_mnist_bandit",
             "05_dense_token_tasks", "06_sparse_reversal", "07_why_it_works", "08_ablations", "09_toys_to_llms",
             "10_llm_trainer"]
 
@@ -50,10 +51,11 @@ def test_toc_lists_every_chapter_in_its_part():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     assert toc["format"] == "jb-book" and toc["root"] == "book/intro"
     parts = {p["caption"]: [pathlib.PurePath(c["file"]).name for c in p["chapters"]] for p in toc["parts"]}
-    assert parts["Foundations"] == CHAPTERS[:3]
-    assert parts["Experiments"] == CHAPTERS[3:8]
-    assert parts["Practice"] == CHAPTERS[8:]
-    assert [pathlib.PurePath(c["file"]).name for c in toc["parts"][-1]["chapters"]] == ["reproduction", "references"]
+    assert parts["Foundations"] == CHAPTERS[:5]
+    assert parts["Experiments"] == CHAPTERS[5:10]
+    assert parts["Practice"] == CHAPTERS[10:]
+    assert [pathlib.PurePath(c["file"]).name for c in toc["parts"][-1]["chapters"]] == [
+        "cheatsheet", "glossary", "api", "reproduction", "references"]
 
 
 def test_config_is_offline_and_colab_ready():
