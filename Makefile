@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 SHARED_MNIST := $(abspath ../shared/data/mnist)
 export TPO_DATA_DIR ?= $(if $(wildcard $(SHARED_MNIST)),$(SHARED_MNIST),)
+SHARED_REFERENCE := $(abspath ../shared/reference/token_reversal_sparse_reward_results.npz)
+export TPO_REFERENCE_NPZ ?= $(if $(wildcard $(SHARED_REFERENCE)),$(SHARED_REFERENCE),)
 export GRADIO_ANALYTICS_ENABLED := False
 export PYTHONPATH := $(CURDIR)
 

@@ -178,7 +178,7 @@ def html_problems(docnames: list[str], html_dir: pathlib.Path | None = None) -> 
 
 
 WARNING_RE = re.compile(r"(WARNING|ERROR|CRITICAL):")
-SUBSET_NOISE = re.compile(r"unknown (source )?document|reference target not found|toctree contains reference to", re.I)
+SUBSET_NOISE = re.compile(r"unknown (source )?document|reference target not found|undefined label|toctree contains reference to", re.I)
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 

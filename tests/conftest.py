@@ -8,8 +8,11 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
-if "TPO_DATA_DIR" not in os.environ and SHARED_MNIST.is_dir():
+SHARED_REFERENCE = ROOT.parent / "shared" / "reference" / "token_reversal_sparse_reward_results.npz"
+if not os.environ.get("TPO_DATA_DIR") and SHARED_MNIST.is_dir():
     os.environ["TPO_DATA_DIR"] = str(SHARED_MNIST)
+if not os.environ.get("TPO_REFERENCE_NPZ") and SHARED_REFERENCE.is_file():  # the book build reads it too
+    os.environ["TPO_REFERENCE_NPZ"] = str(SHARED_REFERENCE)
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 # Fast compiles, set once here before jax is imported: the tests train tiny models for a few episodes, so their
@@ -49,7 +52,7 @@ def _missing(what: str, how: str):
 @pytest.fixture(scope="session")
 def shared_mnist():
     """The real MNIST test set (../shared/data/mnist beside the repository, or $TPO_DATA_DIR)."""
-    d = pathlib.Path(os.environ.get("TPO_DATA_DIR", SHARED_MNIST))
+    d = pathlib.Path(os.environ.get("TPO_DATA_DIR") or SHARED_MNIST)
     if not (d / "t10k-labels-idx1-ubyte.gz").exists():
         _missing("the real MNIST test set", "../shared/data/mnist or $TPO_DATA_DIR; this repository does not ship it")
     return d
@@ -58,9 +61,8 @@ def shared_mnist():
 @pytest.fixture(scope="session")
 def reference_npz():
     """The reference implementation's Table-3 curves (../shared/reference or $TPO_REFERENCE_NPZ)."""
-    p = pathlib.Path(os.environ.get("TPO_REFERENCE_NPZ", ROOT.parent / "shared" / "reference"
-                                    / "token_reversal_sparse_reward_results.npz"))
-    if not p.exists():
+    p = pathlib.Path(os.environ.get("TPO_REFERENCE_NPZ") or SHARED_REFERENCE)
+    if not p.is_file():
         _missing("the reference curves", "../shared/reference or $TPO_REFERENCE_NPZ; downloaded when online")
     return p
 

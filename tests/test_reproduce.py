@@ -476,6 +476,9 @@ def test_processes_sharing_a_reproduction_with_only_train_their_own_runs_and_the
     assert any("grpo H=3 seed 0" in m and "no summary" in m for m in messages)
     assert sorted(p.parent.name for p in tmp_path.glob("*.seeds/seed_*.npz")) == ["tpo_H_3.seeds"] * 2
     tpo_files = {p: p.stat().st_mtime_ns for p in tmp_path.glob("tpo_H_3.seeds/*.npz")}
+    done = runner.finished_seeds("tiny_only", "smoke", tmp_path)
+    assert list(done) == ["tpo H=3"] and done["tpo H=3"][0] == [0, 1]
+    assert done["tpo H=3"][1]["error"].shape == (2, 8)
     trained.clear()
     (tmp_path / "tpo_H_3.seeds" / "seed_1.npz").rename(tmp_path / "seed_1.npz")   # as if seed 1 were running
     progress = runner.run_preset("tiny_only", "smoke", tmp_path, progress=False, partial=True, log=messages.append)

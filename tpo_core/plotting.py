@@ -127,6 +127,46 @@ def curves_figure(runs: dict, *, title: str = "", y_title: str = "error", x=None
     return fig
 
 
+def reference_figure(ours: dict, reference: dict, *, title: str = ""):
+    """Ours against the reference implementation's per-seed curves (Table 3, P, H = 10): left, the seed-mean
+    error with a ±1 SE band (ours solid, the reference dashed); right, every seed's final error (a strip plot).
+    ``ours``, ``reference``: {method: error curves [S, T] in [0, 1]}; a method missing on one side is drawn for
+    the other only (e.g. ours alone when the reference file is unavailable offline)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.68, 0.32], horizontal_spacing=0.09,
+                        subplot_titles=("seed mean ± 1 SE", "final error of each seed"))
+    methods = list(dict.fromkeys([*reference, *ours]))
+    for j, m in enumerate(methods):
+        c = color(m)
+        for who, curves, dash in (("ours", ours.get(m), "solid"), ("reference", reference.get(m), "dash")):
+            if curves is None or len(curves) == 0:
+                continue
+            mean, se = mean_and_se(curves)
+            xs = np.arange(mean.shape[0])
+            name = f"{m}, {who} ({len(curves)} seed{'s' * (len(curves) != 1)})"
+            fig.add_trace(go.Scatter(x=np.concatenate([xs, xs[::-1]]),
+                                     y=100 * np.concatenate([mean + se, (mean - se)[::-1]]), fill="toself",
+                                     fillcolor=c, opacity=0.12 if who == "ours" else 0.07, line=dict(width=0),
+                                     hoverinfo="skip", showlegend=False, legendgroup=name), row=1, col=1)
+            fig.add_trace(go.Scatter(x=xs, y=100 * mean, name=name, legendgroup=name,
+                                     line=dict(color=c, width=2 if who == "ours" else 1.5, dash=dash)), row=1, col=1)
+            finals = 100 * np.asarray(curves, float)[:, -1]
+            offset = (-0.17 if who == "ours" else 0.17) + np.linspace(-0.08, 0.08, len(finals))
+            fig.add_trace(go.Scatter(x=j + offset, y=finals, mode="markers", legendgroup=name, showlegend=False,
+                                     marker=dict(color=c, size=7, symbol="circle" if who == "ours" else "circle-open"),
+                                     hovertemplate="%{y:.1f} %<extra>" + name + "</extra>"), row=1, col=2)
+    fig.update_xaxes(title_text="episode", row=1, col=1)
+    fig.update_xaxes(tickvals=list(range(len(methods))), ticktext=[f"{m}<br>● ours ○ ref" for m in methods],
+                     range=[-0.6, len(methods) - 0.4], row=1, col=2)
+    fig.update_yaxes(title_text="exact-match error (%)", range=[-3, 103], row=1, col=1)
+    fig.update_yaxes(range=[-3, 103], row=1, col=2)
+    fig.update_layout(title=title, height=430, margin=dict(l=55, r=20, t=70, b=40),
+                      legend=dict(orientation="h", y=-0.18))
+    return fig
+
+
 def _log_floor(series) -> float:
     """Floor for a log axis: a decade below the smallest positive value, never below 1e-12 of the largest."""
     vals = np.concatenate([np.ravel(np.asarray(v, float)) for v in series]) if series else np.zeros(0)

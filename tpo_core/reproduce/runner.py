@@ -165,6 +165,21 @@ def seed_file(out: pathlib.Path, run: Run, seed: int) -> pathlib.Path:
     return out / f"{run.stem}.seeds" / f"seed_{seed}.npz"
 
 
+def finished_seeds(name: str, budget: str, out) -> dict:
+    """{run key: (seeds, curves {metric: [S, T]})} of the per-seed runs of a preset, with the seeds whose files
+    in ``out`` are finished and belong to this configuration (a reproduction in progress; nothing trained)."""
+    out = pathlib.Path(out)
+    found = {}
+    for r in get(name).runs(budget)[0]:
+        if not r.seed_batch:
+            continue
+        got = [(s, load_run_file(seed_file(out, r, s), r.seed_hash(s))) for s in r.seeds]
+        got = [(s, g[0]) for s, g in got if g is not None]
+        if got:
+            found[r.key] = ([s for s, _ in got], {k: np.concatenate([c[k] for _, c in got]) for k in got[0][1]})
+    return found
+
+
 # --------------------------------------------------------------------------------------------
 # a whole preset
 # --------------------------------------------------------------------------------------------
