@@ -83,6 +83,9 @@ def _backend() -> str:
     return jax.default_backend()
 
 
+ZERO_PLOT_LABEL = {"token reversal": "zero-variance groups", "MNIST bandit": "training error"}
+
+
 def method_choices(task: str) -> list:
     names = M.TOKEN_METHODS if task == "token reversal" else M.BANDIT_METHODS
     return [(f"{M.REGISTRY[n].title} ({n})", n) for n in names]
@@ -92,7 +95,8 @@ def on_task_change(task):
     token = task == "token reversal"
     keep = [m for m in T.DEFAULTS["methods"] if m in (M.TOKEN_METHODS if token else M.BANDIT_METHODS)]
     return (gr.update(choices=method_choices(task), value=keep), *(gr.update(visible=token) for _ in range(5)),
-            gr.update(visible=not token))
+            gr.update(visible=not token), gr.update(visible=token), gr.update(visible=token), T.EXPLAIN[task],
+            gr.update(label=ZERO_PLOT_LABEL[task]))
 
 
 def train(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_steps):
@@ -106,6 +110,15 @@ def train(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_s
         n_tracked = max(hist["done"] - 1, 0)
         yield (*T.figures(hist, backend), hist,
                gr.update(maximum=max(n_tracked, 1), value=n_tracked, interactive=hist["done"] > 1))
+
+
+def stopped_status(hist=None):
+    """The status after Stop: where the run stopped (its plots stay on screen)."""
+    if not hist or not hist.get("done"):
+        return "**stopped** before the first update — press **Train** to start a new run"
+    scale = 1 if hist["task"] == "token reversal" else T.BANDIT_EVAL_EVERY
+    return (f"**stopped** at {hist['done'] * scale} / {hist['total'] * scale} {hist['unit']}s — the plots show the "
+            "run so far; press **Train** to start a new run")
 
 
 def show_episode(hist, episode):
@@ -142,11 +155,11 @@ def reload_paper():
 INTRO = """\
 # Target Policy Optimization, interactively
 TPO turns a group of K scored samples into a **target distribution** q ∝ p_old·exp(u/η) and fits the policy to it
-with cross-entropy, so its gradient p − q **vanishes when the policy matches the target** (and on all-fail groups,
-where q = p_old); GRPO's advantage-weighted gradient has no such fixed point. The paper found TPO's gradient norm
-decaying as it converges while GRPO's stays high. The optimizers here (Muon, AdamW) normalise the gradient, so a
-vanishing gradient does not make the *step* vanish: the training tab plots both. Move η and K in the explorer;
-race TPO against GRPO in live training.
+with cross-entropy, so its gradient p − q **is zero when the policy matches the target** (and at the first epoch on
+an all-equal group, where q = p_old); GRPO's advantage-weighted gradient has no such fixed point. The paper found
+TPO's gradient norm decaying as it converges while GRPO's stays high; the **live training** tab's default run (the
+MNIST bandit) shows that contrast in a minute. The optimizers (Adam, Muon) rescale the gradient, so a small gradient
+does not mean a small *step*: the training tab plots both. Move η and K in the **target explorer** to see q.
 """
 
 
@@ -157,6 +170,7 @@ def build_app() -> gr.Blocks:
     plotting.setup()  # the shared plotly template (plotly_white), as in the book
     s0, l0, a0 = explore_values(**{**EXPLORER_DEFAULTS, "scores_text": "", "logp_text": ""})
     default_task = T.DEFAULTS["task"]
+    token0 = default_task == "token reversal"
 
     with gr.Blocks(title="TPO, interactively") as demo:
         gr.Markdown(INTRO)
@@ -207,17 +221,19 @@ def build_app() -> gr.Blocks:
                     methods = gr.CheckboxGroup(method_choices(default_task), value=T.DEFAULTS["methods"],
                                                label="methods (≤ 4)", elem_id="train-methods")
                     reward = gr.Dropdown(list(T.REWARDS), value=T.DEFAULTS["reward"],
-                                         label="reward (reverse copy, V = 2)", elem_id="train-reward")
+                                         label="reward (reverse copy, V = 2)", elem_id="train-reward",
+                                         visible=token0)
                     h = gr.Slider(T.H_MIN, T.H_MAX, value=T.DEFAULTS["H"], step=1, label="H (sequence length)",
-                                  elem_id="train-h")
+                                  elem_id="train-h", visible=token0)
                     tk = gr.Slider(2, T.MAX_TRAIN_K, value=T.DEFAULTS["K"], step=1, label="K (group size)",
-                                   elem_id="train-k")
+                                   elem_id="train-k", visible=token0)
                     b = gr.Slider(1, T.MAX_B, value=T.DEFAULTS["B"], step=1, label="B (prompts per episode)",
-                                  elem_id="train-b")
+                                  elem_id="train-b", visible=token0)
                     episodes = gr.Number(T.DEFAULTS["episodes"], precision=0,
-                                         label=f"episodes (≤ {T.MAX_EPISODES})", elem_id="train-episodes")
+                                         label=f"episodes (≤ {T.MAX_EPISODES})", elem_id="train-episodes",
+                                         visible=token0)
                     steps = gr.Number(T.DEFAULTS["bandit_steps"], precision=0, label="MNIST steps (≤ 10,000)",
-                                      visible=default_task != "token reversal", elem_id="train-steps")
+                                      visible=not token0, elem_id="train-steps")
                     teta = gr.Slider(0.05, 5.0, value=T.DEFAULTS["eta"], step=0.05, label="η (TPO)",
                                      elem_id="train-eta")
                     with gr.Row():
@@ -230,24 +246,25 @@ def build_app() -> gr.Blocks:
                                 "lr·√K. A new configuration compiles once (≈ 1–10 s on a CPU); the default one "
                                 "is compiled at startup. Two runs train at a time; others wait in the queue.")
                 with gr.Column(scale=3):
-                    status = gr.Markdown("Press **Train**: TPO and GRPO learn terminal-reward token reversal "
-                                         "side by side.", elem_id="train-status")
+                    status = gr.Markdown(f"Press **Train**: {' and '.join(M.REGISTRY[m].title for m in T.DEFAULTS['methods'])}"
+                                         f" learn the {default_task} side by side.", elem_id="train-status")
                     with gr.Row():
                         err_plot = gr.Plot(label="error", elem_id="train-error")
                         grad_plot = gr.Plot(label="gradient norm and step size", elem_id="train-grad")
                     with gr.Row():
-                        zero_plot = gr.Plot(label="zero-variance groups", elem_id="train-zero")
-                        pq_plot = gr.Plot(label="tracked group", elem_id="train-pq")
-                    episode = gr.Slider(0, 1, value=0, step=1, interactive=False,
+                        zero_plot = gr.Plot(label=ZERO_PLOT_LABEL[default_task], elem_id="train-zero")
+                        pq_plot = gr.Plot(label="tracked group", elem_id="train-pq", visible=token0)
+                    episode = gr.Slider(0, 1, value=0, step=1, interactive=False, visible=token0,
                                         label="episode shown in the tracked-group plot", elem_id="train-episode")
-            task.change(on_task_change, inputs=task, outputs=[methods, reward, h, tk, b, episodes, steps],
+                    explain = gr.Markdown(T.EXPLAIN[default_task], elem_id="train-explain")
+            task.change(on_task_change, inputs=task,
+                        outputs=[methods, reward, h, tk, b, episodes, steps, pq_plot, episode, explain, zero_plot],
                         api_visibility="private", show_progress="hidden")
             run = start.click(train, inputs=[task, methods, reward, h, b, tk, teta, episodes, n_seeds, tseed, steps],
                               outputs=[status, err_plot, grad_plot, zero_plot, pq_plot, hist_state, episode],
                               api_name="train", concurrency_limit=TRAINING_CONCURRENCY, concurrency_id="training",
                               show_progress="minimal", show_progress_on=[status])
-            stop.click(lambda: "**stopped** — press Train to start a new run", None, status, cancels=[run],
-                       api_visibility="private")
+            stop.click(stopped_status, hist_state, status, cancels=[run], api_visibility="private")
             episode.release(show_episode, inputs=[hist_state, episode], outputs=pq_plot, api_visibility="private",
                             show_progress="hidden", concurrency_id="explorer")
 

@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 
+from tpo_core import explorer as core
 from tpo_core import plotting
 
 MAX_K = 64            # largest group the explorer accepts
@@ -23,8 +24,8 @@ STD_FLOOR = 1e-6      # the paper's σ threshold
 GRPO_EPS = 1e-8
 N_ALTERNATIVES = 400  # perturbed distributions q is compared against
 
-SCORE_PRESETS = ("one success", "a tie (two successes)", "half succeed", "all fail", "graded", "custom")
-LOGP_PRESETS = ("uniform", "random", "success unlikely", "custom")
+SCORE_PRESETS = core.SCORE_PRESETS + ("custom",)   # one copy of the presets, shared with the book
+LOGP_PRESETS = core.LOGP_PRESETS + ("custom",)
 
 
 class InputError(ValueError):
@@ -87,40 +88,20 @@ def format_numbers(x) -> str:
 
 
 def preset_scores(preset: str, K: int) -> np.ndarray:
-    """Raw scores of a named situation (candidate 1 is the best one)."""
-    s = np.zeros(K)
-    if preset == "one success":
-        s[0] = 1.0
-    elif preset == "a tie (two successes)":
-        s[:2] = 1.0
-    elif preset == "half succeed":
-        s[: K // 2] = 1.0
-    elif preset == "all fail":
-        pass
-    elif preset == "graded":
-        s = np.linspace(1.0, 0.0, K)  # partial credit, e.g. a dense reward's fraction correct
-    else:
-        raise InputError(f"scores preset must be one of {', '.join(SCORE_PRESETS)}, got {preset!r}")
-    return s
+    """Raw scores of a named situation (candidate 1 is the best one): :func:`tpo_core.explorer.preset_scores`,
+    the same presets as the book's static explorer (ch. 2)."""
+    try:
+        return core.preset_scores(preset, K)
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def preset_logp(preset: str, K: int, seed=0) -> np.ndarray:
-    """Behaviour log-probabilities of the K completions (any scale: only their softmax matters)."""
-    if preset == "uniform":
-        return np.full(K, -math.log(K))
-    if preset == "random":
-        try:
-            seed = int(seed)
-        except (TypeError, ValueError):
-            raise InputError(f"seed must be a whole number, got {seed!r}") from None
-        if seed < 0:
-            raise InputError(f"seed must be >= 0, got {seed}")
-        return log_softmax(np.random.default_rng(seed).normal(0.0, 1.5, K))
-    if preset == "success unlikely":  # candidate 1 (the success of most presets) holds 2 % of the mass
-        p = np.full(K, 0.98 / (K - 1))
-        p[0] = 0.02
-        return np.log(p)
-    raise InputError(f"log-prob preset must be one of {', '.join(LOGP_PRESETS)}, got {preset!r}")
+    """Behaviour log-probabilities of the K completions: :func:`tpo_core.explorer.preset_logp`."""
+    try:
+        return core.preset_logp(preset, K, seed)
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 # --------------------------------------------------------------------------------------------

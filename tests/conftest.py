@@ -99,6 +99,14 @@ def free_port():
 
 
 @pytest.fixture(scope="session")
+def screenshots_dir():
+    """Where browser tests save screenshots for people to look at: _build/screenshots/ (ignored by git)."""
+    d = ROOT / "_build" / "screenshots"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@pytest.fixture(scope="session")
 def artifacts_dir():
     """Where browser tests save screenshots (ignored by git)."""
     d = ROOT / "artifacts"

@@ -2,7 +2,7 @@
 
 Checks per page: every plotly figure drew its SVG, MathJax typeset the math, no executed cell shows
 a traceback or an error, and the page asked no outside host for anything. Screenshots go to
-``artifacts/book/``. The book is built first if needed (tests/book_helpers.py).
+``_build/screenshots/book/`` (one above-the-fold and one full-page shot per page). The book is built first if needed (tests/book_helpers.py).
 """
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def free_port_module():
 
 
 @pytest.fixture(scope="module")
-def shots(artifacts_dir):
-    d = artifacts_dir / "book"
+def shots(screenshots_dir):
+    d = screenshots_dir / "book"
     d.mkdir(parents=True, exist_ok=True)
     return d
 

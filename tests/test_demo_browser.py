@@ -1,6 +1,8 @@
-"""The demo in a real browser (system Chromium via Playwright): move the η slider and see q change, then
-run a tiny training job and see its plots update. Screenshots go to artifacts/demo/."""
+"""The demo in a real browser (system Chromium via Playwright): move the η slider and see q change; train at
+the defaults for about a minute (screenshot), stop the run and see a "stopped" status with no error badge; then
+run a tiny token-task job and see its plots update. Screenshots go to _build/screenshots/demo/."""
 import re
+import time
 
 import pytest
 
@@ -35,8 +37,13 @@ def _q_bar_heights(page, selector):
     }}""")
 
 
-def test_slider_and_live_training(server, page, artifacts_dir):
-    out = artifacts_dir / "demo"
+DEFAULT_RUN_S = 60  # the defaults' screenshot is taken after this much training
+
+NO_ERROR_BADGE = """() => document.querySelectorAll('#train-status .error, .toast-body.error').length === 0"""
+
+
+def test_slider_and_live_training(server, page, screenshots_dir):
+    out = screenshots_dir / "demo"
     out.mkdir(exist_ok=True)
     page.goto(server)
     page.wait_for_selector("#explorer-bars .js-plotly-plot", timeout=60_000)
@@ -64,8 +71,36 @@ def test_slider_and_live_training(server, page, artifacts_dir):
     page.wait_for_function("() => document.querySelector('#explorer-message').innerText.includes('not a number')",
                            timeout=30_000)
 
-    # live training, tiny: TPO alone, H = 3, K = 4, B = 8, 4 episodes
+    # live training at the defaults (the MNIST bandit, TPO and GRPO): what the page says it shows
     page.get_by_role("tab", name="Live training").click()
+    explain = page.locator("#train-explain").inner_text()
+    assert "MNIST" in explain and "‖Δθ‖" in explain
+    assert not page.locator("#train-pq").is_visible()  # the tracked-group plot belongs to the token task
+    page.locator("#train-start").click()
+    page.wait_for_function("() => /\\d+ \\/ 3000 steps/.test(document.querySelector('#train-status').innerText)",
+                           timeout=120_000)
+    t0 = time.time()
+    page.wait_for_function("() => /[1-9]\\d* \\/ 3000 steps/.test(document.querySelector('#train-status').innerText)",
+                           timeout=300_000)  # the first points (after compiling, if the server is cold)
+    time.sleep(max(0.0, DEFAULT_RUN_S - (time.time() - t0)))
+    page.screenshot(path=str(out / "demo_defaults.png"), full_page=True)
+    names = page.evaluate("""() => document.querySelector('#train-grad .js-plotly-plot')._fullData
+        .map(t => t.name).filter(n => n && n.includes('‖'))""")
+    assert set(names) == {"TPO ‖∇L‖", "TPO ‖Δθ‖", "GRPO ‖∇L‖", "GRPO ‖Δθ‖"}
+    if "done" in page.locator("#train-status").inner_text():  # a fast machine finished: start again to stop it
+        page.locator("#train-start").click()
+        page.wait_for_timeout(3000)
+    page.locator("#train-stop").click()
+    page.wait_for_function("() => document.querySelector('#train-status').innerText.includes('stopped')",
+                           timeout=30_000)
+    page.wait_for_timeout(2000)  # a late chunk or an error badge would show by now
+    assert "stopped" in page.locator("#train-status").inner_text()
+    assert page.evaluate(NO_ERROR_BADGE), "Stop left an error badge or toast"
+
+    # live training, tiny: TPO alone on the token task, H = 3, K = 4, B = 8, 4 episodes
+    page.get_by_label("token reversal", exact=True).check()
+    page.wait_for_selector("#train-h", state="visible", timeout=10_000)
+    assert "reverse copy" in page.locator("#train-explain").inner_text()
     for elem, value in (("#train-h", "3"), ("#train-k", "4"), ("#train-b", "8")):
         number = page.locator(f"{elem} input[type=number]")
         number.fill(value)
@@ -81,6 +116,7 @@ def test_slider_and_live_training(server, page, artifacts_dir):
     assert "done" in status and re.search(r"TPO \d+\.\d %", status)
     page.wait_for_selector("#train-pq .js-plotly-plot", timeout=10_000)
     page.screenshot(path=str(out / "training.png"), full_page=True)
+    assert page.evaluate(NO_ERROR_BADGE)
     n_points = page.evaluate("""() => {
         const gd = document.querySelector('#train-error .js-plotly-plot');
         return gd._fullData.find(t => t.name === 'tpo').y.length;

@@ -1,5 +1,6 @@
 """The demo's callbacks as plain functions: explorer math against tpo_core, validation messages, and a
 tiny training stream that yields updates and stops."""
+import dataclasses
 import math
 
 import gradio as gr
@@ -239,3 +240,98 @@ def test_gradient_plot_shows_the_step_beside_the_gradient():
     assert lines["TPO ‖Δθ‖"].line.dash == "dash" and lines["TPO ‖∇L‖"].line.dash is None
     assert lines["TPO ‖∇L‖"].line.color == lines["TPO ‖Δθ‖"].line.color != lines["GRPO ‖∇L‖"].line.color
     assert list(lines["TPO ‖Δθ‖"].customdata) == [0.3, 0.25, 0.24]
+
+
+# --------------------------------------------------------------------------------------------
+# the default run, the task switch, no recompiles, a legible tracked-group plot
+# --------------------------------------------------------------------------------------------
+def test_task_switch_shows_the_controls_plots_and_explanation_of_that_task():
+    token = app.on_task_change("token reversal")
+    bandit = app.on_task_change("MNIST bandit")
+    assert len(token) == len(bandit) == 11
+    # reward, H, K, B, episodes; then MNIST steps; then the tracked-group plot and its episode slider
+    assert [u["visible"] for u in token[1:9]] == [True] * 5 + [False, True, True]
+    assert [u["visible"] for u in bandit[1:9]] == [False] * 5 + [True, False, False]
+    assert token[9] == T.EXPLAIN["token reversal"] and bandit[9] == T.EXPLAIN["MNIST bandit"]
+    assert token[10]["label"] == "zero-variance groups" and bandit[10]["label"] == "training error"
+    assert {v for _, v in token[0]["choices"]} == set(tpo_core.TOKEN_METHODS)
+
+
+def test_changing_eta_lr_or_seed_reuses_the_compiled_programs():
+    """η and the seed are traced (so is lr): a new value at a compiled shape runs without a compile."""
+    *_, first = app.train(*_train_args(eta=1.0, seed=0))
+    req = T.validate(**{**TINY, "eta": 0.37, "seed": 5})
+    (_, cfg), = req.configs
+    program = T.program_for(cfg)
+    sizes = program.chunk._cache_size()
+    assert sizes >= 1 and all(T.is_warm(cfg, 1, n) for n in set(T.schedule(TINY["episodes"], T.CHUNK)))
+    *_, second = app.train(*_train_args(eta=0.37, seed=5))
+    assert program.chunk._cache_size() == sizes, "a new η / seed compiled the chunk again"
+    lr_cfg = dataclasses.replace(cfg, lr=cfg.lr * 0.5)
+    assert lr_cfg.static == cfg.static and T.program_for(lr_cfg).chunk is program.chunk
+    # the runs did differ: another seed and η give other rollouts
+    assert not np.allclose(first[5]["metrics"]["tpo"]["grad_norm"], second[5]["metrics"]["tpo"]["grad_norm"])
+
+
+def test_tracked_group_plot_stacks_methods_with_separate_titles():
+    """Two methods: one full-width row each; the row titles sit above their own row and do not overlap."""
+    rng = np.random.default_rng(0)
+    E, K = 4, 8
+
+    def metrics():
+        p = rng.dirichlet(np.ones(K), size=(1, 3, 2, E))
+        return {"track_p": p, "track_q": rng.dirichlet(np.ones(K), size=(1, 3, 2)),
+                "track_scores": rng.integers(0, 2, (1, 3, 2, K)).astype(float),
+                "track_informative": np.ones((1, 3, 2), bool)}
+
+    hist = {"done": 3, "metrics": {"tpo": metrics(), "grpo": metrics()}, "epochs": {"tpo": E, "grpo": E}}
+    fig = T.pq_figure(hist, 1)
+    titles = sorted(fig.layout.annotations, key=lambda a: -a.y)
+    assert [a.text.split(":")[0] for a in titles] == ["TPO", "GRPO"]
+    d1, d2 = fig.layout.yaxis.domain, fig.layout.yaxis2.domain
+    assert d2[1] < d1[0], "the rows overlap"
+    assert titles[1].y < d1[0] and titles[1].y >= d2[1], "GRPO's title is not between the two rows"
+    assert titles[0].y >= d1[1] and fig.layout.margin.t >= 60
+    assert all(len(a.text) < 70 for a in titles)
+    assert fig.layout.xaxis.tickangle == 0 and fig.layout.xaxis.automargin
+    q = [t for t in fig.data if t.name == "q (TPO target)"]
+    assert len(q) == 2 and np.allclose(q[0].y, hist["metrics"]["tpo"]["track_q"][0, 1, 0])
+
+
+@pytest.mark.slow
+def test_default_run_shows_what_the_page_says(shared_mnist):
+    """The page's text about the live plots (T.EXPLAIN["MNIST bandit"]) checked on a real default run: both
+    methods learn; TPO's ‖∇L‖ peaks early and then falls; GRPO's climbs and stays near its peak, ending several
+    times larger than TPO's; the two methods' steps ‖Δθ‖ stay of similar size."""
+    d = T.DEFAULTS
+    assert d["task"] == "MNIST bandit" and d["methods"] == ["tpo", "grpo"]
+    *_, last = app.train(d["task"], d["methods"], d["reward"], d["H"], d["B"], d["K"], d["eta"], d["episodes"],
+                         d["n_seeds"], d["seed"], d["bandit_steps"])
+    status, err_fig, grad_fig, *_ , hist, _ = last
+    assert "done" in status
+    m = hist["metrics"]
+    for name in ("tpo", "grpo"):
+        err = m[name]["test_error"][0]
+        assert err[-1] < 0.6 * err[0] and err[-1] < 0.15, f"{name} did not learn: test error {err[0]:.3f} → {err[-1]:.3f}"
+    g_tpo, g_grpo = m["tpo"]["grad_norm"][0], m["grpo"]["grad_norm"][0]
+    n = len(g_tpo)
+    assert n == d["bandit_steps"] // T.BANDIT_EVAL_EVERY
+    assert int(np.argmax(g_tpo)) < n // 3, f"TPO's ‖∇L‖ peaks late: block {int(np.argmax(g_tpo))} of {n}"
+    assert g_tpo[-1] < 0.6 * g_tpo.max(), f"TPO's ‖∇L‖ did not fall: max {g_tpo.max():.3f}, last {g_tpo[-1]:.3f}"
+    assert g_grpo[-1] > 0.8 * g_grpo.max() and g_grpo[-1] > 1.5 * g_grpo[0], \
+        f"GRPO's ‖∇L‖ did not climb and stay: first {g_grpo[0]:.3f}, max {g_grpo.max():.3f}, last {g_grpo[-1]:.3f}"
+    assert g_grpo[-1] > 3 * g_tpo[-1], f"GRPO's ‖∇L‖ is not several times TPO's: {g_grpo[-1]:.3f} vs {g_tpo[-1]:.3f}"
+    s_tpo, s_grpo = m["tpo"]["step_norm"][0], m["grpo"]["step_norm"][0]
+    ratio = s_grpo / s_tpo
+    assert np.all((ratio > 0.5) & (ratio < 2.0)), f"the steps differ by more than 2×: ratios {ratio.min():.2f}–{ratio.max():.2f}"
+    assert {t.name for t in grad_fig.data if t.name} == {"TPO ‖∇L‖", "TPO ‖Δθ‖", "GRPO ‖∇L‖", "GRPO ‖Δθ‖"}
+
+
+def test_stop_status_says_where_the_run_stopped():
+    *_, last = app.train(*_train_args())
+    hist = dict(last[5], done=2)
+    msg = app.stopped_status(hist)
+    assert msg.startswith("**stopped** at 2 / 4 episodes") and "error" not in msg.lower()
+    assert "stopped** before the first update" in app.stopped_status(None)
+    bandit = {"task": "MNIST bandit", "unit": "step", "done": 7, "total": 30}
+    assert "stopped** at 700 / 3000 steps" in app.stopped_status(bandit)
