@@ -87,9 +87,11 @@ def bench_server(args):
         print(f"explorer through the server, idle server: {summary(ms)}")
 
         d = DEFAULTS
-        print(f"default training run: {', '.join(d['methods'])}, H={d['H']}, B={d['B']}, K={d['K']}, "
-              f"{d['episodes']} episodes; run 1 at the default η, later runs at a new η and seed (η and the "
-              f"seed are traced: same compiled program)")
+        size = (f"MNIST bandit, {d['bandit_steps']} steps" if d["task"] == "MNIST bandit" else
+                f"token task, H={d['H']}, B={d['B']}, K={d['K']}, {d['episodes']} episodes")
+        unit = "step" if d["task"] == "MNIST bandit" else "episode"
+        print(f"default training run: {', '.join(d['methods'])}, {size}; run 1 at the default η, later runs at a "
+              f"new η and seed (η and the seed are traced: same compiled program)")
         etas = [d["eta"], 0.5, 2.0, 0.25]
         for r in range(args.train_repeats):
             eta, seed = etas[r % len(etas)], d["seed"] + r
@@ -113,8 +115,8 @@ def bench_server(args):
             (t_a, e_a), (t_b, e_b) = data_times[min(1, len(data_times) - 1)], data_times[-1]
             rate = (t_b - t_a) / max(e_b - e_a, 1)
             print(f"  run {r + 1} (η={eta:g}, seed {seed}): first status {1000 * first_status:.0f} ms · first data update "
-                  f"{1000 * first_data:.0f} ms after the click · then {rate:.2f} s per episode for "
-                  f"{len(d['methods'])} methods ({e_b} episodes in {t_b:.1f} s)", flush=True)
+                  f"{1000 * first_data:.0f} ms after the click · then {rate:.4f} s per {unit} for "
+                  f"{len(d['methods'])} methods ({e_b} {unit}s in {t_b:.1f} s)", flush=True)
             try:
                 job.cancel()  # what the Stop button does
             except Exception as e:  # a CPU-starved server may answer late; the run still stops with the server
