@@ -66,3 +66,29 @@ def timed_run(program, seeds, n, points=None):
     if points:
         metrics = {k: v.reshape((len(points), len(seeds)) + v.shape[1:]) for k, v in metrics.items()}
     return metrics
+
+
+# A Colab T4 against the 2-core CPU that trained the committed results/: an ASSUMED ratio, not a measurement
+# (no T4 timing is committed). Basis: a Table-3 episode sustains ≈ 70 GFLOP/s on that CPU (21.9 GFLOP in
+# ≈ 0.31 s, idle); a T4's fp32 peak is 8.1 TFLOP/s, of which these small vmapped programs might use a
+# quarter, ≈ 2 TFLOP/s, i.e. ≈ 29×; rounded down to 20×.
+T4_SPEEDUP_ASSUMED = 20.0
+
+
+def duration_text(seconds: float) -> str:
+    """A duration in words: "40 s", "12 min", "3.5 h"."""
+    if not seconds >= 0:
+        raise ValueError(f"seconds must be >= 0, got {seconds!r}")
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def t4_estimate(cpu_seconds: float) -> str:
+    """The expected time on a Colab T4 of work that takes ``cpu_seconds`` on the 2-core CPU that trained
+    ``results/`` (measured there, or extrapolated from a measurement), as one line that states its basis."""
+    t4 = cpu_seconds / T4_SPEEDUP_ASSUMED
+    return (f"≈ {duration_text(t4)} on a Colab T4 (an estimate: ≈ {duration_text(cpu_seconds)} on a 2-core CPU, "
+            f"divided by an assumed {T4_SPEEDUP_ASSUMED:g}× speed-up; not measured on a T4)")

@@ -1,0 +1,75 @@
+"""tpo_core.reproduce.committed: reading committed reproduction runs back (the book's experiment chapters)."""
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from tpo_core import atomic_io
+from tpo_core.reproduce import committed
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _write(path, curves, seeds, seconds=1.0, config=None):
+    atomic_io.write_npz(path, config_hash=np.array("h"), info=np.array(json.dumps({"seconds": seconds})),
+                        config=np.array(json.dumps(config or {"H": 3})), seeds=np.array(seeds),
+                        **{f"curve_{k}": v for k, v in curves.items()})
+
+
+def test_per_seed_files_are_concatenated_in_numeric_seed_order(tmp_path):
+    folder = tmp_path / "preset"
+    for s in (10, 2, 0):  # written out of order; "seed_10" sorts before "seed_2" as text
+        _write(folder / "tpo.seeds" / f"seed_{s}.npz", {"error": np.full((1, 4), float(s))}, [s], seconds=s)
+    (folder / "tpo.seeds" / "notes.txt").write_text("not a seed file")
+    runs = committed.load_runs(folder)
+    run = runs["tpo"]
+    assert run.seeds == (0, 2, 10)
+    np.testing.assert_array_equal(run.curves["error"][:, 0], [0.0, 2.0, 10.0])
+    assert run.n_seeds == 3 and run.length == 4 and run.seconds == 12.0
+
+
+def test_whole_run_files_and_missing_folders(tmp_path):
+    folder = tmp_path / "p"
+    _write(folder / "grpo.npz", {"error": np.arange(6.0).reshape(2, 3), "loss": np.zeros((2, 3))}, [0, 1],
+           config={"K": 8})
+    (folder / "empty.seeds").mkdir()
+    runs = committed.load_runs(folder)
+    assert set(runs) == {"grpo"}
+    assert runs["grpo"].config == {"K": 8} and runs["grpo"].seeds == (0, 1)
+    np.testing.assert_array_equal(runs["grpo"].curves["error"], [[0, 1, 2], [3, 4, 5]])
+    assert committed.load_summary(folder) is None
+    with pytest.raises(ValueError, match="folder"):
+        committed.load_runs(tmp_path / "nowhere")
+
+
+def test_find_results_looks_in_the_env_then_the_parents(tmp_path, monkeypatch):
+    (tmp_path / "results").mkdir()
+    deep = tmp_path / "book" / "sub"
+    deep.mkdir(parents=True)
+    monkeypatch.delenv("TPO_RESULTS_DIR", raising=False)
+    assert committed.find_results(deep) == tmp_path / "results"
+    monkeypatch.setenv("TPO_RESULTS_DIR", str(tmp_path / "missing"))
+    assert committed.find_results(deep) is None
+
+
+def test_the_committed_mnist_runs_match_their_summary():
+    folder = ROOT / "results" / "mnist"
+    if not folder.is_dir():
+        pytest.skip("no committed results/mnist")
+    runs, summary = committed.load_runs(folder), committed.load_summary(folder)
+    for row in summary["rows"]:
+        run = runs[row["key"]]
+        assert list(run.seeds) == row["seeds"] and run.length == row["length"]
+        np.testing.assert_allclose(100 * run.curves["test_error"][:, -1], row["per_seed"], rtol=1e-6)
+
+
+def test_duration_text_and_the_t4_estimate_state_their_basis():
+    from tpo_core import notebook
+    assert [notebook.duration_text(s) for s in (0, 89, 90, 5399, 5400, 36_000)] == \
+        ["0 s", "89 s", "2 min", "90 min", "1.5 h", "10.0 h"]
+    with pytest.raises(ValueError, match="seconds"):
+        notebook.duration_text(-1)
+    text = notebook.t4_estimate(3600 * notebook.T4_SPEEDUP_ASSUMED)     # one T4-hour of CPU work
+    assert text.startswith("≈ 60 min on a Colab T4") and "estimate" in text and "not measured" in text
+    assert f"{notebook.T4_SPEEDUP_ASSUMED:g}×" in text
