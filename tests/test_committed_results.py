@@ -73,3 +73,19 @@ def test_duration_text_and_the_t4_estimate_state_their_basis():
     text = notebook.t4_estimate(3600 * notebook.T4_SPEEDUP_ASSUMED)     # one T4-hour of CPU work
     assert text.startswith("≈ 60 min on a Colab T4") and "estimate" in text and "not measured" in text
     assert f"{notebook.T4_SPEEDUP_ASSUMED:g}×" in text
+
+
+def test_budget_lines_scale_the_measured_time_by_the_work_ratio(monkeypatch):
+    from tpo_core import notebook
+
+    quick, full = dict(H=6, B=64, episodes=100, seeds=2), dict(H=10, B=100, episodes=1000, seeds=20)
+    work = lambda b: b["H"] * b["B"] * b["episodes"] * b["seeds"]  # noqa: E731
+    monkeypatch.delenv("TPO_QUICK", raising=False)                 # quick: the default
+    lines = notebook.budget_lines(quick, full, 12.0, work)         # 12 s x (10*100*1000*20)/(6*64*100*2) = 52 min
+    assert lines[0].endswith("<- this page") and "<-" not in lines[1]
+    assert "260x that work" in lines[2] and "52 min on a 2-core CPU" in lines[2]
+    monkeypatch.setenv("TPO_QUICK", "0")                           # full: the measured time is the full one
+    lines = notebook.budget_lines(quick, full, 3120.0, work)
+    assert lines[1].endswith("<- this page") and "ran in 12 s" in lines[2] and "52 min on a 2-core CPU" in lines[2]
+    with pytest.raises(ValueError, match="measured_s"):
+        notebook.budget_lines(quick, full, -1.0, work)

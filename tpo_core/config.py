@@ -107,7 +107,7 @@ class TokenConfig:
 
     @property
     def static(self) -> "TokenConfig":
-        """The program's cache key: this config with every traced knob and ``episodes`` at its default."""
+        """This config with every traced knob and ``episodes`` at its default (the program's cache key)."""
         return _static(self, TOKEN_KNOBS)
 
     def replace(self, **changes) -> "TokenConfig":
@@ -154,7 +154,7 @@ class BanditConfig:
 
     @property
     def static(self) -> "BanditConfig":
-        """The program's cache key: this config with the traced knobs and ``steps`` at their defaults."""
+        """This config with the traced knobs and ``steps`` at their defaults (the program's cache key)."""
         return _static(self, BANDIT_KNOBS + ("steps",))
 
     def replace(self, **changes) -> "BanditConfig":

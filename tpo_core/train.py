@@ -54,6 +54,7 @@ def make_optimizer(name: str):
 
 
 def with_lr(opt_state, lr):
+    """``opt_state`` of a :func:`make_optimizer` optimizer with its traced learning rate set to ``lr``."""
     return opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": jnp.asarray(lr, jnp.float32)})
 
 

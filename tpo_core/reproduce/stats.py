@@ -113,7 +113,7 @@ def steps_verdict(value, target, length: int) -> Optional[str]:
 
 def permutation_test(a, b, n_perm: int = 20000, seed: int = 0) -> float:
     """Two-sided permutation test of equal means (exchangeable seeds): the fraction of random relabelings
-    whose |mean difference| is at least the observed one (with the +1 correction, never exactly 0)."""
+    whose absolute mean difference is at least the observed one (with the +1 correction, never exactly 0)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     pooled = np.concatenate([a, b])
     observed = abs(a.mean() - b.mean())
