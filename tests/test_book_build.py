@@ -78,3 +78,21 @@ def test_colab_buttons_open_the_committed_notebooks_on_main(built):
         assert links == {f"https://colab.research.google.com/github/{org_repo}/blob/main/{doc}.ipynb"}, (doc, links)
         assert (ROOT / f"{doc}.ipynb").exists(), f"{doc}.ipynb is linked but not committed"
     assert f'href="{url}"' in _page("book/intro"), "repository button missing"
+
+
+MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|tmp|root|home|Users|mnt)/[\w.-]+")
+
+
+def _outputs(page: str) -> list[str]:
+    """The HTML of every executed cell's output area of a page."""
+    return [chunk.split('class="cell docutils', 1)[0] for chunk in page.split('class="cell_output')[1:]]
+
+
+@pytest.mark.parametrize("doc", book_helpers.toc_docs())
+def test_no_page_mentions_a_file_outside_the_repository_a_machine_path_or_not_found(built, doc):
+    page = _page(doc)
+    text = re.sub(r"<[^>]+>", " ", page)
+    assert "PAPER.md" not in page, f"{doc} mentions PAPER.md (cite the paper by section instead)"
+    assert not MACHINE_PATH.search(text), f"{doc} shows a machine path: {MACHINE_PATH.search(text).group(0)}"
+    for out in _outputs(page):
+        assert "not found" not in re.sub(r"<[^>]+>", " ", out).lower(), f"{doc} prints 'not found' in an output"
