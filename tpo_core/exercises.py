@@ -218,6 +218,14 @@ class _Caller:
 # --------------------------------------------------------------------------------------------
 # chapter 1: standardisation
 # --------------------------------------------------------------------------------------------
+def _begin(fn, trials, show_hints, **caller) -> "_Caller":
+    """Validate a checker's arguments, set whether known-bug hints are shown, and wrap the reader's ``fn``."""
+    _check_callable("fn", fn)
+    _check_trials(trials)
+    _SHOW_HINTS[0] = bool(show_hints)
+    return _Caller(fn, **caller)
+
+
 def check_standardize(fn: Callable, trials: int = 15, seed: int = 0, show_hints: bool = True) -> None:
     r"""Check ``fn(scores) -> u``, the paper's group z-score over the last axis.
 
@@ -226,10 +234,7 @@ def check_standardize(fn: Callable, trials: int = 15, seed: int = 0, show_hints:
 
     Reference: :func:`tpo_core.losses.standardize`. Shapes ``[..., K]`` in and out.
     """
-    _check_callable("fn", fn)
-    _check_trials(trials)
-    _SHOW_HINTS[0] = bool(show_hints)
-    call_fn = _Caller(fn)
+    call_fn = _begin(fn, trials, show_hints)
     for t, rng, shape in _cases(seed, trials):
         s = _scores(rng, shape, t)
         c = s - s.mean(-1, keepdims=True)
@@ -256,10 +261,7 @@ def check_tpo_target(fn: Callable, trials: int = 15, seed: int = 1, show_hints: 
     ``logp_old`` are sequence log-probabilities (not normalised over the group), ``u`` the
     standardised scores (:func:`check_standardize`). Reference: :func:`tpo_core.losses.tpo_target`.
     """
-    _check_callable("fn", fn)
-    _check_trials(trials)
-    _SHOW_HINTS[0] = bool(show_hints)
-    call_fn = _Caller(fn)
+    call_fn = _begin(fn, trials, show_hints)
     for t, rng, shape in _cases(seed, trials):
         s = _scores(rng, shape, t)
         lo = (3.0 * rng.normal(size=shape) - 12.0).astype(np.float32)
@@ -295,10 +297,7 @@ def check_tpo_loss_grad(fn: Callable, trials: int = 8, seed: int = 2, show_hints
     with ``jax.numpy``: the checker differentiates it with ``jax.grad``. Reference:
     :func:`tpo_core.losses.tpo_loss`.
     """
-    _check_callable("fn", fn)
-    _check_trials(trials)
-    _SHOW_HINTS[0] = bool(show_hints)
-    call_fn = _Caller(fn)
+    call_fn = _begin(fn, trials, show_hints)
     grads = {}
     for t, rng, shape in _cases(seed, trials, shapes=(SHAPES[0], SHAPES[2])):
         s = _scores(rng, shape, t)
@@ -354,10 +353,7 @@ def check_grpo_advantages(fn: Callable, trials: int = 15, seed: int = 3, show_hi
 
     (population std). Reference: :func:`tpo_core.losses.grpo_advantages`.
     """
-    _check_callable("fn", fn)
-    _check_trials(trials)
-    _SHOW_HINTS[0] = bool(show_hints)
-    call_fn = _Caller(fn)
+    call_fn = _begin(fn, trials, show_hints)
     for t, rng, shape in _cases(seed, trials):
         s = _scores(rng, shape, t)
         c = s - s.mean(-1, keepdims=True)
@@ -380,10 +376,7 @@ def check_k3(fn: Callable, trials: int = 12, seed: int = 4, show_hints: bool = T
     evaluated at samples from π_θ's rollout; ``logp``/``logp_ref`` are log-probabilities of the same
     samples (any shape). Reference: :func:`tpo_core.losses.k3_kl`.
     """
-    _check_callable("fn", fn)
-    _check_trials(trials)
-    _SHOW_HINTS[0] = bool(show_hints)
-    call_fn = _Caller(fn)
+    call_fn = _begin(fn, trials, show_hints)
     for t, rng, shape in _cases(seed, trials):
         lp = (rng.normal(size=shape) - 3.0).astype(np.float32)
         lr = (lp + rng.normal(size=shape) * (0.1 + t % 4)).astype(np.float32)
@@ -415,10 +408,7 @@ def check_sequence_logprob(fn: Callable, trials: int = 12, seed: int = 5, show_h
     (padding after the completion ends), arbitrary numbers; the result ``[...]`` is
     :math:`\sum_t m_t \log\pi(y_t\mid\cdot)` (:func:`reference_sequence_logprob`).
     """
-    _check_callable("fn", fn)
-    _check_trials(trials)
-    _SHOW_HINTS[0] = bool(show_hints)
-    call_fn = _Caller(fn)
+    call_fn = _begin(fn, trials, show_hints)
     for t, rng, shape in _cases(seed, trials):
         T = shape[-1] + 3
         full = shape[:-1] + (T,)
@@ -450,10 +440,7 @@ def check_candidate_rewards(fn: Callable, trials: int = 8, seed: int = 6, show_h
     :math:`s_{t,k} = \prod_{j<t}\mathbb 1\{a_j\text{ right}\}\cdot\mathbb 1\{c_{t,k}\}`.
     Reference: :func:`tpo_core.tasks.candidate_rewards`.
     """
-    _check_callable("fn", fn)
-    _check_trials(trials)
-    _SHOW_HINTS[0] = bool(show_hints)
-    call_fn = _Caller(fn, static_argnums=2)
+    call_fn = _begin(fn, trials, show_hints, static_argnums=2)
     rng = np.random.default_rng(seed)
     for t in range(trials):
         B, H, K = ((3, 6, 4), (2, 5, 3))[t % 2]
