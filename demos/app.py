@@ -99,17 +99,67 @@ def on_task_change(task):
             gr.update(label=ZERO_PLOT_LABEL[task]))
 
 
-def train(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_steps):
-    """Generator callback: validated request -> streamed (status, 4 figures, history state, episode slider)."""
+# Stop is cooperative: the button flags its session's running generator, which ends at its next chunk with a
+# "stopped" status. (Cancelling the event instead, Gradio's `cancels=`, marks the run's outputs with an
+# "Error" badge when it interrupts a stream mid-way.) A run still waiting in the queue is not running yet,
+# so Stop does not reach it; it starts when its turn comes.
+_RUNNING: set[str] = set()
+_STOP_REQUESTS: set[str] = set()
+_STOP_LOCK = threading.Lock()
+
+
+def _session(request) -> str:
+    return getattr(request, "session_hash", None) or "local"
+
+
+def request_stop(session: str) -> bool:
+    """Flag ``session``'s running run to stop; False when it has none running."""
+    with _STOP_LOCK:
+        if session in _RUNNING:
+            _STOP_REQUESTS.add(session)
+            return True
+        return False
+
+
+def _take_stop(session: str) -> bool:
+    with _STOP_LOCK:
+        if session in _STOP_REQUESTS:
+            _STOP_REQUESTS.discard(session)
+            return True
+        return False
+
+
+def train(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_steps, request: gr.Request = None):
+    """Generator callback: validated request -> streamed (status, 4 figures, history state, episode slider).
+    Ends early, with the "stopped" status, when Stop is pressed in the same session."""
     try:
         req = T.validate(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_steps)
     except InputError as e:
         raise gr.Error(str(e), duration=None) from None
+    session = _session(request)
     backend = _backend()
-    for hist in T.stream(req):
-        n_tracked = max(hist["done"] - 1, 0)
-        yield (*T.figures(hist, backend), hist,
-               gr.update(maximum=max(n_tracked, 1), value=n_tracked, interactive=hist["done"] > 1))
+    with _STOP_LOCK:
+        _RUNNING.add(session)
+        _STOP_REQUESTS.discard(session)
+    try:
+        for hist in T.stream(req):
+            n_tracked = max(hist["done"] - 1, 0)
+            figures = T.figures(hist, backend)
+            stop = _take_stop(session)
+            yield ((stopped_status(hist) if stop else figures[0]), *figures[1:], hist,
+                   gr.update(maximum=max(n_tracked, 1), value=n_tracked, interactive=hist["done"] > 1))
+            if stop:
+                return
+    finally:
+        with _STOP_LOCK:
+            _RUNNING.discard(session)
+            _STOP_REQUESTS.discard(session)
+
+
+def stop_run(hist=None, request: gr.Request = None):
+    """Stop's callback: ask this session's running generator to end, and say where the run stopped."""
+    request_stop(_session(request))
+    return stopped_status(hist)
 
 
 def stopped_status(hist=None):
@@ -264,7 +314,7 @@ def build_app() -> gr.Blocks:
                               outputs=[status, err_plot, grad_plot, zero_plot, pq_plot, hist_state, episode],
                               api_name="train", concurrency_limit=TRAINING_CONCURRENCY, concurrency_id="training",
                               show_progress="minimal", show_progress_on=[status])
-            stop.click(stopped_status, hist_state, status, cancels=[run], api_visibility="private")
+            stop.click(stop_run, hist_state, status, api_visibility="private", concurrency_id="explorer")
             episode.release(show_episode, inputs=[hist_state, episode], outputs=pq_plot, api_visibility="private",
                             show_progress="hidden", concurrency_id="explorer")
 

@@ -40,6 +40,8 @@ def _q_bar_heights(page, selector):
 DEFAULT_RUN_S = 60  # the defaults' screenshot is taken after this much training
 
 NO_ERROR_BADGE = """() => document.querySelectorAll('#train-status .error, .toast-body.error').length === 0"""
+ERROR_TEXT = """() => Array.from(document.querySelectorAll('#train-status .error, .toast-body.error'))
+    .map(e => e.innerText).join(' | ')"""
 
 
 def test_slider_and_live_training(server, page, screenshots_dir):
@@ -95,7 +97,9 @@ def test_slider_and_live_training(server, page, screenshots_dir):
                            timeout=30_000)
     page.wait_for_timeout(2000)  # a late chunk or an error badge would show by now
     assert "stopped" in page.locator("#train-status").inner_text()
-    assert page.evaluate(NO_ERROR_BADGE), "Stop left an error badge or toast"
+    if not page.evaluate(NO_ERROR_BADGE):
+        page.screenshot(path=str(out / "stop_error.png"), full_page=True)
+        raise AssertionError(f"Stop left an error badge or toast: {page.evaluate(ERROR_TEXT)!r}")
 
     # live training, tiny: TPO alone on the token task, H = 3, K = 4, B = 8, 4 episodes
     page.get_by_label("token reversal", exact=True).check()

@@ -335,3 +335,20 @@ def test_stop_status_says_where_the_run_stopped():
     assert "stopped** before the first update" in app.stopped_status(None)
     bandit = {"task": "MNIST bandit", "unit": "step", "done": 7, "total": 30}
     assert "stopped** at 700 / 3000 steps" in app.stopped_status(bandit)
+
+
+def test_stop_ends_the_running_generator_at_its_next_chunk_with_a_stopped_status():
+    class Request:
+        session_hash = "session-a"
+
+    gen = app.train(*_train_args(episodes=40), request=Request())
+    first = next(gen)
+    assert app.request_stop("session-b") is False            # another session has nothing running
+    status = app.stop_run(first[5], request=Request())
+    assert status.startswith("**stopped**")
+    rest = list(gen)                                         # one more update, then the generator ends
+    assert len(rest) == 1 and rest[0][0].startswith("**stopped** at"), [r[0] for r in rest]
+    assert rest[0][5]["done"] < rest[0][5]["total"]
+    assert app.request_stop("session-a") is False            # nothing left running in that session
+    *_, last = app.train(*_train_args(), request=Request())  # the next run is not stopped by the old request
+    assert "stopped" not in last[0]
