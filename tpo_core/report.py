@@ -116,7 +116,8 @@ def reference_table(ref: dict) -> list[str]:
         pv = lambda t: "n/a" if t["p_value"] is None else f"{t['p_value']:.3f}"  # noqa: E731
         lines.append("| " + " | ".join([
             m, f"{d['n_ours']} / {d['n_ref']}",
-            f"{d['final_ours']:.1f} ± {d['final_ours_se']:.1f} / {d['final_ref']:.1f} ± {d['final_ref_se']:.1f}",
+            f"{d['final_ours']:.1f} ± {_fmt_se(d['final_ours_se'], 'final')} / {d['final_ref']:.1f} ± "
+            f"{_fmt_se(d['final_ref_se'], 'final')}",
             ci(f), pv(f), f["verdict"] + f" (δ {f['resolution']:.1f})" if "resolution" in f else f["verdict"],
             f"{d['steps_ours']:.0f} / {d['steps_ref']:.0f}", ci(s), pv(s),
             s["verdict"] + f" (δ {s['resolution']:.0f})" if "resolution" in s else s["verdict"]]) + " |")
