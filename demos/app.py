@@ -122,11 +122,11 @@ def request_stop(session: str) -> bool:
 
 
 def _take_stop(session: str) -> bool:
+    """True (once) if Stop was pressed for ``session``'s running run."""
     with _STOP_LOCK:
-        if session in _STOP_REQUESTS:
-            _STOP_REQUESTS.discard(session)
-            return True
-        return False
+        asked = session in _STOP_REQUESTS
+        _STOP_REQUESTS.discard(session)
+        return asked
 
 
 def train(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_steps, request: gr.Request = None):
