@@ -49,6 +49,41 @@ def test_llm_package_never_imports_jax():
     import subprocess
     import sys
 
-    code = ("import sys, tpo_core.llm.model, tpo_core.llm.tasks, tpo_core.llm.rlvr, tpo_core.bridge.trl; "
+    code = ("import sys, tpo_core.llm.model, tpo_core.llm.tasks, tpo_core.llm.rlvr, tpo_core.bridge.trl, "
+            "tpo_core.reproduce.stats, tpo_core.reproduce.paper_numbers; "
             "sys.exit(1 if 'jax' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_reproduce_preset_writes_a_report_summary_and_partial_summarises_without_training(tmp_path, capsys):
+    from tpo_core import cli, report
+
+    out = tmp_path / "gc"
+    assert cli.main(["reproduce", "llm_graph_coloring", "--partial", "--budget", "smoke", "--out", str(out)]) == 2
+    assert "no finished run" in capsys.readouterr().err
+    assert cli.main(["reproduce", "llm_graph_coloring", "--budget", "smoke", "--out", str(out), "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["preset"] == "llm_graph_coloring" and summary["budget"] == "smoke" and summary["kind"] == "llm"
+    assert summary["config"]["task"] == "graph_coloring" and summary["methods"] == ["grpo", "tpo"]
+    assert "GRPO collapses" in summary["claim"]                       # the paper's claim, from paper_numbers
+    rows = {(r["key"], r["metric"]): r for r in summary["rows"]}
+    assert set(rows) == {(m, k) for m in ("tpo", "grpo") for k in ("start_reward", "final_reward")}
+    for m in ("tpo", "grpo"):                                         # recomputed here from the per-step curves
+        reward = np.load(out / f"{m}_seed0.npz")["reward"]
+        assert rows[(m, "start_reward")]["ours"] == pytest.approx(reward[0])
+        assert rows[(m, "final_reward")]["ours"] == pytest.approx(reward[-max(1, len(reward) // 5):].mean())
+        assert rows[(m, "final_reward")]["se"] is None and rows[(m, "final_reward")]["seeds"] == [0]  # one seed
+        assert not rows[(m, "final_reward")]["comparable"]
+    md = report.to_markdown(report.load_summaries(tmp_path))
+    assert "`llm_graph_coloring`, budget `smoke`" in md and "PyTorch + TRL" in md
+    assert "mean reward at step 1 (the starting policy)" in md and "0 ran at the paper's own setting" in md
+
+    capsys.readouterr()
+    (out / "summary.json").unlink()
+    assert cli.main(["reproduce", "llm_graph_coloring", "--partial", "--budget", "smoke", "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "steps in" not in printed.out + printed.err                # nothing trained
+    assert json.loads((out / "summary.json").read_text())["rows"] == summary["rows"]
+    for argv in (["--chunk", "5"], ["--only", "ppo"], ["--budget", "paper"], ["--seeds", "0"]):
+        assert cli.main(["reproduce", "llm_graph_coloring", "--out", str(out), *argv]) == 2, argv
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -15,6 +15,7 @@ import math
 import pathlib
 
 from .reproduce import PRESETS
+from .llm.rlvr import SUMMARY_METRICS as LLM_METRICS
 from .reproduce.stats import METRICS
 
 HEADER = ["run", "metric", "ours ± SE", "paper ± SE", "δ", "verdict", "seeds × length"]
@@ -46,16 +47,20 @@ def _fmt(value, metric) -> str:
         return "never" if metric == "steps_to_1pct" else ""
     if metric == "steps_to_1pct":
         return f"{value:.0f}"
-    return f"{value:.2f}"
+    return f"{value:.3f}" if metric.endswith("_reward") else f"{value:.2f}"
 
 
 def _fmt_se(se, metric) -> str:
     if se is None or not math.isfinite(se):
         return "n/a"
+    if metric.endswith("_reward"):
+        return f"{se:.3f}"
     return f"{se:.0f}" if metric == "steps_to_1pct" else f"{se:.2f}"
 
 
 def _engine_text(s) -> str:
+    if s.get("kind") == "llm":
+        return "PyTorch + TRL (tpo_core.llm.rlvr), not the JAX engine"
     engines = s.get("engine") or [1]
     if engines == [1]:
         return "engine 1 (trained before the q/k/v attention biases were routed to Muon as in the reference)"
@@ -81,7 +86,7 @@ def row_cells(r: dict) -> list[str]:
             paper += f" ± {_fmt_se(r['paper_se'], metric)}"
         delta = "" if r.get("resolution") is None else f"{r['resolution']:g}"
         verdict = r.get("verdict") or ("no SE (one seed)" if r.get("paper") is not None else "—")
-    return [r["key"], METRICS.get(metric, metric), f"{_fmt(r['ours'], metric)} ± {_fmt_se(r['se'], metric)}",
+    return [r["key"], METRICS.get(metric) or LLM_METRICS.get(metric, metric), f"{_fmt(r['ours'], metric)} ± {_fmt_se(r['se'], metric)}",
             paper, delta, verdict, f"{len(r['seeds'])} × {r['length']}"]
 
 

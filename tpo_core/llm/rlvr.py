@@ -43,8 +43,8 @@ import numpy as np
 
 from tpo_core import atomic_io
 
-__all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "run_rlvr", "measure_starting_success", "figure_html",
-           "tiny_model_and_tokenizer", "main"]
+__all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "PRESETS", "run_rlvr", "run_preset", "summary_rows",
+           "measure_starting_success", "figure_html", "tiny_model_and_tokenizer", "main"]
 
 METHODS = ("tpo", "grpo", "tpo_mean")
 CURVES = ("reward", "reward_std", "zero_variance_frac", "entropy", "completion_length", "tv", "entropy_q",
@@ -83,6 +83,13 @@ BUDGETS = {
                        "≈ 5 min per (method, seed), ≈ 30 min for TPO and GRPO x 3 seeds; an estimate, not measured "
                        "(no GPU was at hand)"),
 }
+
+# ``python -m tpo_core reproduce <name> --budget smoke|cpu|gpu``: the paper's Reasoning Gym tasks (Section 5) at
+# the setting this model is trained on (tasks.TASKS[...].default). TPO (summed log-probs) and GRPO by default.
+PRESETS = {"llm_graph_coloring": "graph_coloring", "llm_knights_knaves": "knights_knaves"}
+PRESET_METHODS = ("tpo", "grpo")
+SUMMARY_METRICS = {"start_reward": "mean reward at step 1 (the starting policy)",
+                   "final_reward": "mean reward, last fifth of the steps"}
 
 _TINY_WORDS = [str(i) for i in range(60)]          # + 4 specials = 64 tokens: numbers only, so the raw
                                                    # completion is a list of numbers the verifier can read
@@ -234,8 +241,12 @@ def _config(task, setting, budget, steps):
 
 def run_rlvr(task: str = "graph_coloring", budget: str = "smoke", out=None, *, methods=("tpo", "grpo"),
              seeds=None, setting: str | None = None, steps: int | None = None, model_path=None,
-             quiet: bool = False) -> dict:
-    """Train every (method, seed) not already in ``out`` and return the summary (also ``out/summary.json``)."""
+             quiet: bool = False, train: bool = True, preset: str | None = None, command: str | None = None) -> dict:
+    """Train every (method, seed) not already in ``out`` and return the summary (also ``out/summary.json``).
+
+    ``train=False`` trains nothing: the summary of the runs finished so far (another process may still be
+    training). The summary holds the report's fields too (``preset``, ``rows`` of start and final reward per
+    method, seed mean ± SE), so ``python -m tpo_core report results`` lists it beside the JAX presets."""
     from .tasks import TASKS, _check
 
     if budget not in BUDGETS:
@@ -260,6 +271,8 @@ def run_rlvr(task: str = "graph_coloring", budget: str = "smoke", out=None, *, m
         for seed in seeds:
             stem = out / f"{method}_seed{seed}"
             meta_path = stem.with_suffix(".json")
+            if not train:
+                continue
             if meta_path.is_file() and stem.with_suffix(".npz").is_file():
                 meta = json.loads(meta_path.read_text())
                 if meta.get("config") == config:
@@ -282,13 +295,89 @@ def run_rlvr(task: str = "graph_coloring", budget: str = "smoke", out=None, *, m
         meta = json.loads(path.read_text())
         if meta.get("config") == config and (meta["method"], meta["seed"]) not in {(r["method"], r["seed"]) for r in runs}:
             runs.append(meta)
+    runs.sort(key=lambda r: (METHODS.index(r["method"]), r["seed"]))
     summary = {"config": config, "methods": sorted({r["method"] for r in runs}), "seeds": sorted({r["seed"] for r in runs}),
                "budget_note": b.note,
                "runs": [{k: r[k] for k in ("method", "seed", "seconds", "steps", "final_reward", "max_parameter_change")}
                         for r in runs]}
+    if not train and not runs:
+        raise ValueError(f"out={str(out)!r} holds no finished run of {task} at budget {budget!r} (nothing to summarise)")
+    summary |= _report_fields(task, budget, config, out, runs, preset, command)
     atomic_io.write_json(out / "summary.json", summary)
     atomic_io.write_text(out / "figure.html", figure_html(out))
     return summary
+
+
+def summary_rows(out, runs) -> list[dict]:
+    """The report's rows: per method, the reward at step 1 (the starting policy, before any update) and the
+    final reward (mean over the last fifth of the steps), each as the seed mean ± SE (:func:`stats.seed_se`)."""
+    from tpo_core.reproduce.stats import seed_se
+
+    out, rows = pathlib.Path(out), []
+    for metric in SUMMARY_METRICS:
+        for method in [m for m in METHODS if any(r["method"] == m for r in runs)]:
+            mine = [r for r in runs if r["method"] == method]
+            if metric == "final_reward":
+                values = [r["final_reward"] for r in mine]
+            else:
+                values = []
+                for r in mine:
+                    with np.load(out / f"{method}_seed{r['seed']}.npz") as f:
+                        values.append(float(f["reward"][0]))
+            se = seed_se(values)
+            rows.append({"key": method, "metric": metric, "ours": float(np.mean(values)),
+                         "se": None if not np.isfinite(se) else se, "seeds": sorted(r["seed"] for r in mine),
+                         "length": min(r["steps"] for r in mine), "comparable": False, "paper": None,
+                         "paper_text": "no paper number at this setting", "verdict": None})
+    return rows
+
+
+def _report_fields(task, budget, config, out, runs, preset, command) -> dict:
+    from tpo_core.reproduce import paper_numbers as P
+
+    setup = P.LLM_SETUP
+    preset = preset or next((name for name, t in PRESETS.items() if t == task), f"llm_{task}")
+    claim = P.LLM.get(task, "the paper runs no LLM experiment on this task")
+    return {"preset": preset, "budget": budget, "kind": "llm",
+            "title": f"LLM RLVR in miniature: TPO vs GRPO on Reasoning Gym {task} ({config['setting']})",
+            "claim": f"{claim} (verl; Section 5, App. G)",
+            "paper_setting": (f"verl, Qwen3-1.7B and DeepSeek-R1-Distill-Qwen-1.5B, AdamW {setup['lr']:g}, {setup['batch_prompts']} "
+                              f"prompts x K = {setup['K']} per step; this repository runs "
+                              f"SmolLM2-135M-Instruct through TRL"),
+            "command": command or f"python -m tpo_core.llm.rlvr --task {task} --budget {budget} --out {out}",
+            "metrics": list(SUMMARY_METRICS), "train_seconds": float(sum(r["seconds"] for r in runs)), "devices": 1,
+            "rows": summary_rows(out, runs) if runs else []}
+
+
+def run_preset(name: str, budget: str, out=None, *, seeds: int | None = None, methods=None, partial: bool = False,
+               quiet: bool = False) -> dict:
+    """``python -m tpo_core reproduce llm_graph_coloring --budget cpu``: :func:`run_rlvr` on the preset's task
+    at its default setting, TPO and GRPO (``methods`` to split them across processes), ``seeds`` seeds
+    (default: the budget's). ``partial``: summarise the finished runs, train nothing."""
+    if name not in PRESETS:
+        raise ValueError(f"name must be one of {', '.join(PRESETS)}, got {name!r}")
+    if budget not in BUDGETS:
+        raise ValueError(f"budget must be one of {', '.join(BUDGETS)} for {name}, got {budget!r}")
+    if seeds is not None and not (isinstance(seeds, int) and seeds >= 1):
+        raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
+    out = pathlib.Path(out or f"results/{name}_{budget}")
+    command = f"python -m tpo_core reproduce {name} --budget {budget}" + (f" --seeds {seeds}" if seeds else "") + \
+        f" --out {out}"
+    return run_rlvr(PRESETS[name], budget, out, methods=tuple(methods or PRESET_METHODS),
+                    seeds=None if seeds is None else tuple(range(seeds)), quiet=quiet, train=not partial,
+                    preset=name, command=command)
+
+
+def list_text() -> str:
+    """The LLM presets for ``python -m tpo_core reproduce --list``."""
+    lines = []
+    for name, task in PRESETS.items():
+        lines.append(f"{name:12s} LLM RLVR in miniature: SmolLM2-135M, TPO vs GRPO on Reasoning Gym {task} "
+                     f"(PyTorch + TRL)")
+        for b, budget in BUDGETS.items():
+            lines.append(f"{'':12s}   {b:9s}: {budget.steps} steps x {budget.prompts_per_step} prompt(s) x K = {budget.k}, "
+                         f"{len(budget.seeds)} seed(s); {budget.note}")
+    return "\n".join(lines)
 
 
 FIGURE_PANELS = (("reward", "mean reward"), ("zero_variance_frac", "groups with no signal"),
