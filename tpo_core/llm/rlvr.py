@@ -44,7 +44,7 @@ import numpy as np
 from tpo_core import atomic_io
 
 __all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "PRESETS", "run_rlvr", "run_preset", "summary_rows",
-           "measure_starting_success", "figure_html", "tiny_model_and_tokenizer", "main"]
+           "measure_starting_success", "load_runs", "figure", "figure_html", "tiny_model_and_tokenizer", "main"]
 
 METHODS = ("tpo", "grpo", "tpo_mean")
 CURVES = ("reward", "reward_std", "zero_variance_frac", "entropy", "completion_length", "tv", "entropy_q",
@@ -385,20 +385,36 @@ FIGURE_PANELS = (("reward", "mean reward"), ("zero_variance_frac", "groups with 
                  ("entropy_q", "entropy of q: TPO"))
 
 
+def load_runs(out) -> dict:
+    """{method: [curves of each finished seed, in seed order]} from ``out/<method>_seed<s>.npz`` (a run still
+    in progress, ``.partial.npz``, is left out)."""
+    by_method: dict[str, list] = {}
+    paths = [p for p in pathlib.Path(out).glob("*_seed*.npz") if not p.name.endswith(".partial.npz")]
+    for path in sorted(paths, key=lambda p: (p.name.rsplit("_seed", 1)[0], int(p.stem.rsplit("_seed", 1)[1]))):
+        with np.load(path) as f:
+            by_method.setdefault(path.name.rsplit("_seed", 1)[0], []).append({k: f[k] for k in f.files})
+    return by_method
+
+
 def figure_html(out) -> str:
-    """Every finished run in ``out`` (``<method>_seed<s>.npz``) as one self-contained page: per method, the seed
-    mean ± 1 SE of each curve over optimizer steps."""
-    import plotly.graph_objects as go
+    """:func:`figure` as one self-contained page (plotly.js inlined)."""
     import plotly.io as pio
+
+    return pio.to_html(figure(out), include_plotlyjs=True, full_html=True)
+
+
+def figure(out):
+    """Every finished run in ``out``: per method, the seed mean ± 1 SE of each curve over optimizer steps
+    (a plotly figure; the book shows it, :func:`figure_html` writes it)."""
+    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
+    from tpo_core.reproduce.stats import seed_se
 
     from tpo_core.plotting import color
 
     out = pathlib.Path(out)
-    by_method: dict[str, list] = {}
-    for path in sorted(out.glob("*_seed*.npz")):
-        if not path.name.endswith(".partial.npz"):
-            by_method.setdefault(path.name.rsplit("_seed", 1)[0], []).append(dict(np.load(path)))
+    by_method = load_runs(out)
     fig = make_subplots(rows=2, cols=3, subplot_titles=[t for _, t in FIGURE_PANELS])
     for method, runs in by_method.items():
         steps = min(len(r["reward"]) for r in runs)
@@ -409,7 +425,7 @@ def figure_html(out) -> str:
             if not np.isfinite(y).any():
                 continue
             mean = y.mean(0)
-            se = y.std(0, ddof=1) / np.sqrt(len(y)) if len(y) > 1 else np.zeros_like(mean)
+            se = seed_se(y, axis=0) if len(y) > 1 else np.zeros_like(mean)
             x = np.arange(1, steps + 1)
             row, col = n // 3 + 1, n % 3 + 1
             fig.add_trace(go.Scatter(x=np.concatenate([x, x[::-1]]), y=np.concatenate([mean + se, (mean - se)[::-1]]),
@@ -424,7 +440,7 @@ def figure_html(out) -> str:
         title += f": {cfg['task']} ({cfg['setting']}), K = {cfg['budget']['k']}, seed mean ± 1 SE"
     fig.update_layout(title=title, template="plotly_white", height=620, legend=dict(orientation="h", y=-0.1))
     fig.update_xaxes(title_text="optimizer step")
-    return pio.to_html(fig, include_plotlyjs=True, full_html=True)
+    return fig
 
 
 def measure_starting_success(task: str, out, *, settings=None, n_prompts: int = 2, k: int = 8,
