@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import atomic_io, train
 from . import stats
-from .presets import Run, get
+from .presets import ENGINE, Run, get
 
 
 def is_main_process() -> bool:
@@ -131,13 +131,8 @@ def execute(runs: Sequence[Run], seeds: Sequence[int], dataset=None, chunk: Opti
     S = len(padded)
     out = [{k: v[i * S: i * S + len(seeds)] for k, v in full.items()} for i in range(len(runs))]
     info = dict(seconds=time.perf_counter() - t0, devices=devices, padded_seeds=S, sweep=len(runs),
-                engine=_engine())
+                engine=ENGINE)
     return out, info
-
-
-def _engine() -> int:
-    from .presets import ENGINE
-    return ENGINE
 
 
 # --------------------------------------------------------------------------------------------
