@@ -402,7 +402,9 @@ def test_cli_interrupted_run_leaves_no_partial_file_and_resumes(tmp_path):
 
 TINY_PRESET = r"""
 import sys
+from tpo_core import runtime
 from tpo_core.config import TokenConfig
+runtime.enable_compile_cache()   # the suite's cache ($TPO_JAX_CACHE): the 2nd and 3rd process reuse the 1st's compiles
 from tpo_core.reproduce import presets, run_preset
 from tpo_core.reproduce.presets import Preset, Run
 
