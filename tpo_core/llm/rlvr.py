@@ -74,9 +74,10 @@ BUDGETS = {
                     learning_rate=5e-3, answer_format="raw",
                     note="tiny random Llama, word-level tokenizer: seconds; tests only"),
     "cpu": Budget("smollm2", steps=20, prompts_per_step=1, k=16, max_completion_length=32, n_prompts=64,
-                  seeds=(0,), learning_rate=1e-5,
-                  note="SmolLM2-135M, 16 completions of ≤ 32 tokens per step; on a 2-core CPU shared with other "
-                       "jobs (load ≈ 7) sampling alone ran ≈ 5 s per token for 8 sequences: minutes per step"),
+                  seeds=(0, 1, 2), learning_rate=1e-5,
+                  note="SmolLM2-135M, one puzzle x 16 completions of ≤ 32 tokens per step, 20 steps, 3 seeds; "
+                       "measured on a 2-core CPU, one run per core beside other jobs: 2,608-2,674 s per "
+                       "(method, seed), ≈ 1.5 h for TPO and GRPO x 3 seeds two at a time"),
     "gpu": Budget("smollm2", steps=60, prompts_per_step=4, k=16, max_completion_length=128, n_prompts=256,
                   seeds=(0, 1, 2), learning_rate=1e-5,
                   note="SmolLM2-135M on one GPU (a free Colab T4, fp32, no vLLM): expected ≈ 5 s per step, "
@@ -233,8 +234,10 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
 def _config(task, setting, budget, steps):
     from .tasks import TASKS
 
+    # what one (method, seed) run trains: the budget without its default seed list and its note
+    trained = {k: v for k, v in dataclasses.asdict(budget).items() if k not in ("seeds", "note")}
     config = {"task": task, "setting": setting or TASKS[task].default,
-              "budget": dataclasses.asdict(budget) | {"steps": steps},
+              "budget": trained | {"steps": steps},
               "eta": 1.0, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "beta": 0.0, "data_seed": 0}
     return json.loads(json.dumps(config))                  # as it reads back from the file (tuples -> lists)
 
@@ -300,9 +303,12 @@ def run_rlvr(task: str = "graph_coloring", budget: str = "smoke", out=None, *, m
                "budget_note": b.note,
                "runs": [{k: r[k] for k in ("method", "seed", "seconds", "steps", "final_reward", "max_parameter_change")}
                         for r in runs]}
+    partial = any((m, s) not in {(r["method"], r["seed"]) for r in runs} for m in methods for s in seeds)
     if not train and not runs:
         raise ValueError(f"out={str(out)!r} holds no finished run of {task} at budget {budget!r} (nothing to summarise)")
     summary |= _report_fields(task, budget, config, out, runs, preset, command)
+    if partial:                                  # ``train=False`` while some (method, seed) is still running
+        summary["partial"] = True
     atomic_io.write_json(out / "summary.json", summary)
     atomic_io.write_text(out / "figure.html", figure_html(out))
     return summary
