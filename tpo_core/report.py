@@ -33,6 +33,8 @@ def load_summaries(directory) -> list[dict]:
     summaries = []
     for p in paths:
         s = json.loads(p.read_text())
+        if not isinstance(s, dict) or "preset" not in s or "rows" not in s:
+            raise ValueError(f"{p}: not a reproduction summary (no 'preset' and 'rows'); rerun its preset with --partial")
         s["_path"] = str(p.relative_to(directory))
         notes = p.parent / "NOTES.md"
         if notes.exists():
