@@ -215,7 +215,7 @@ def _reproduce_llm(args, llm_rlvr) -> int:
     summary = llm_rlvr.run_preset(args.name, args.budget, args.out, seeds=args.seeds, methods=methods,
                                   partial=args.partial, quiet=args.quiet)
     print(report.to_markdown([summary]))
-    out = args.out or f"results/{args.name}_{args.budget}"
+    out = args.out or llm_rlvr.default_out(args.name, args.budget)
     print(f"wrote {out}/summary.json, {out}/figure.html and {len(summary['rows'])} rows")
     return 0
 

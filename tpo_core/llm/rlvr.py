@@ -355,6 +355,11 @@ def _report_fields(task, budget, config, out, runs, preset, command) -> dict:
             "rows": summary_rows(out, runs) if runs else []}
 
 
+def default_out(name: str, budget: str) -> pathlib.Path:
+    """Where a preset writes when no ``out`` is given."""
+    return pathlib.Path(f"results/{name}_{budget}")
+
+
 def run_preset(name: str, budget: str, out=None, *, seeds: int | None = None, methods=None, partial: bool = False,
                quiet: bool = False) -> dict:
     """``python -m tpo_core reproduce llm_graph_coloring --budget cpu``: :func:`run_rlvr` on the preset's task
@@ -366,7 +371,7 @@ def run_preset(name: str, budget: str, out=None, *, seeds: int | None = None, me
         raise ValueError(f"budget must be one of {', '.join(BUDGETS)} for {name}, got {budget!r}")
     if seeds is not None and not (isinstance(seeds, int) and seeds >= 1):
         raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
-    out = pathlib.Path(out or f"results/{name}_{budget}")
+    out = pathlib.Path(out) if out else default_out(name, budget)
     command = f"python -m tpo_core reproduce {name} --budget {budget}" + (f" --seeds {seeds}" if seeds else "") + \
         f" --out {out}"
     return run_rlvr(PRESETS[name], budget, out, methods=tuple(methods or PRESET_METHODS),
