@@ -76,8 +76,8 @@ BUDGETS = {
     "cpu": Budget("smollm2", steps=20, prompts_per_step=1, k=16, max_completion_length=32, n_prompts=64,
                   seeds=(0, 1, 2), learning_rate=1e-5,
                   note="SmolLM2-135M, one puzzle x 16 completions of ≤ 32 tokens per step, 20 steps, 3 seeds; "
-                       "measured on a 2-core CPU, one run per core beside other jobs: 2,608-2,674 s per "
-                       "(method, seed), ≈ 1.5 h for TPO and GRPO x 3 seeds two at a time"),
+                       "measured on a 2-core CPU, one run per core: 2,581-2,674 s per (method, seed) (5,805-6,624 s "
+                       "beside other heavy jobs), ≈ 2.2 h for TPO and GRPO x 3 seeds two at a time"),
     "gpu": Budget("smollm2", steps=60, prompts_per_step=4, k=16, max_completion_length=128, n_prompts=256,
                   seeds=(0, 1, 2), learning_rate=1e-5,
                   note="SmolLM2-135M on one GPU (a free Colab T4, fp32, no vLLM): expected ≈ 5 s per step, "
