@@ -18,6 +18,8 @@ import sys
 
 import yaml
 
+from tests.conftest import FAST_COMPILE
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 STAMP = ROOT / "_build" / "tpo_build.json"
@@ -78,8 +80,8 @@ def ensure_built() -> dict:
         return _result
     if not is_fresh():
         env = dict(os.environ, TPO_QUICK=os.environ.get("TPO_QUICK", "1"), PYTHONPATH=str(ROOT))
-        # the book times real runs: drop the tests' fast-compile flag (tests/conftest.py) for its build
-        env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if "optimization_level" not in f)
+        # the book times real runs: drop the tests' fast-compile flags (tests/conftest.py) for its build
+        env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if f not in FAST_COMPILE)
         try:
             proc = subprocess.run([sys.executable, "-m", "book.build"], cwd=ROOT, env=env, capture_output=True,
                                   text=True, timeout=BUILD_TIMEOUT_S)

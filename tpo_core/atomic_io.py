@@ -36,6 +36,18 @@ def _atomic_write(path, write) -> pathlib.Path:
     return path
 
 
+def remove_stale_temps(path) -> int:
+    """Delete the temporary files a writer of ``path`` left when it was killed mid-write (SIGKILL skips the
+    cleanup above; the target itself is never half-written). Only the one process that writes ``path`` may
+    call this: a live writer's temporary file has the same name pattern. Returns how many it removed."""
+    path = pathlib.Path(path)
+    removed = 0
+    for tmp in path.parent.glob("." + path.name + ".*.tmp") if path.parent.is_dir() else ():
+        tmp.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
 def _jsonable(x):
     if isinstance(x, np.ndarray):
         return x.tolist()

@@ -106,6 +106,8 @@ def execute(runs: Sequence[Run], seeds: Sequence[int], dataset=None, chunk: Opti
     t0 = time.perf_counter()
     carry = program.init(padded, points)
     done, parts, devices = 0, [], 1
+    if checkpoint is not None and is_main_process():
+        atomic_io.remove_stale_temps(checkpoint)   # a run killed while it wrote its checkpoint
     if checkpoint is not None and checkpoint.exists():
         restored = load_checkpoint(checkpoint, tag, carry)
         if restored is not None:
@@ -151,6 +153,7 @@ def load_run_file(path: pathlib.Path, config_hash: str):
 def write_run_file(path, run: Run, curves: dict, info: dict, seeds=None) -> None:
     seeds = run.seeds if seeds is None else seeds
     h = run.config_hash() if len(seeds) != 1 or run.seed_batch is None else run.seed_hash(seeds[0])
+    atomic_io.remove_stale_temps(path)   # left by a process killed while it wrote this file
     atomic_io.write_npz(path, config_hash=np.array(h), info=np.array(json.dumps(info)),
                         config=np.array(json.dumps(dataclasses.asdict(run.cfg), default=str)),
                         seeds=np.array(seeds), **{f"curve_{k}": v for k, v in curves.items()})
