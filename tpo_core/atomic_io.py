@@ -18,10 +18,18 @@ def _read_umask() -> int:
 _UMASK = _read_umask()  # read once at import: os.umask is process-wide, so never toggle it while threads run
 
 
+_TEMP_SUFFIX = ".tmp"
+
+
+def _temp_prefix(path: pathlib.Path) -> str:
+    """A writer's temporary file is ``.<name>.<random><_TEMP_SUFFIX>`` beside its target (hidden: no reader globs it)."""
+    return "." + path.name + "."
+
+
 def _atomic_write(path, write) -> pathlib.Path:
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path), suffix=_TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -42,7 +50,7 @@ def remove_stale_temps(path) -> int:
     call this: a live writer's temporary file has the same name pattern. Returns how many it removed."""
     path = pathlib.Path(path)
     removed = 0
-    for tmp in path.parent.glob("." + path.name + ".*.tmp") if path.parent.is_dir() else ():
+    for tmp in path.parent.glob(_temp_prefix(path) + "*" + _TEMP_SUFFIX) if path.parent.is_dir() else ():
         tmp.unlink(missing_ok=True)
         removed += 1
     return removed
