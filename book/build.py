@@ -3,6 +3,7 @@
     python -m book.build                 # the whole book (what `make book` runs; TPO_QUICK=1 there)
     python -m book.build --only 01,03    # intro + the chapters whose file names start with 01 / 03
     python -m book.build --existing-only # skip toc entries whose file does not exist yet
+    python -m book.build --jobs 1        # Jupyter Book's own serial build (one page after another)
 
 Steps:
 1. ``TPO_BOOK_BUILD=1`` (``tpo_core.plotting.setup()`` then emits figures as ``text/html`` without
@@ -13,7 +14,8 @@ Steps:
    fetched from any other host;
 3. every chapter's Colab notebook must be in sync (``python -m book.sync --check``);
 4. ``jupyter-book build . --all -W -n --keep-going`` from the repository root (output ``_build/``),
-   log in ``_build/build.log``;
+   log in ``_build/build.log``; with ``--jobs N`` > 1 (default: one per core, at most 4) through
+   ``book/jb_parallel.py``, which executes N pages at a time, slowest first;
 5. the HTML is scanned: every toc page exists, no executed cell shows a traceback or an error,
    plotly.js and MathJax come from ``_static`` (no CDN), and the warning count is zero.
 
@@ -182,24 +184,43 @@ SUBSET_NOISE = re.compile(r"unknown (source )?document|reference target not foun
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def run_build(toc: pathlib.Path | None) -> tuple[int, list[str]]:
-    exe = pathlib.Path(sys.executable).with_name("jupyter-book")
-    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", ".", "--all", "-W", "-n", "--keep-going"]
+EXECUTED_RE = re.compile(r"(\S+)\.(?:md|ipynb): Executed notebook in ([0-9.]+) seconds")
+
+
+def default_jobs() -> int:
+    """Pages executed at once: one per usable core, at most four (each kernel holds its own JAX programs)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(4, cores))
+
+
+def run_build(toc: pathlib.Path | None, jobs: int = 1) -> tuple[int, list[str], dict[str, float]]:
+    """Run Jupyter Book (through book/jb_parallel.py when jobs > 1); return its exit status, the warning lines and
+    each executed page's execution time in seconds (from myst-nb's log lines)."""
+    if jobs > 1:
+        cmd = [sys.executable, "-m", "book.jb_parallel", str(jobs)]
+    else:
+        exe = pathlib.Path(sys.executable).with_name("jupyter-book")
+        cmd = [str(exe) if exe.exists() else "jupyter-book"]
+    cmd += ["build", ".", "--all", "-W", "-n", "--keep-going"]
     if toc is not None:  # a subset: links to the pages left out are expected to dangle (checked below)
         cmd = [c for c in cmd if c != "-W"] + ["--toc", str(toc)]
     log(" ".join(cmd))
     BUILD.mkdir(exist_ok=True)
-    warnings = []
+    warnings, executed = [], {}
     with open(BUILD / "build.log", "w", encoding="utf-8") as logfile:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 bufsize=1, env=os.environ)
         for line in proc.stdout:
             sys.stdout.write(line)
             logfile.write(line)
-            if WARNING_RE.search(line):
-                warnings.append(ANSI_RE.sub("", line).rstrip())
+            clean = ANSI_RE.sub("", line).rstrip()
+            if WARNING_RE.search(clean):
+                warnings.append(clean)
+            if m := EXECUTED_RE.search(clean):
+                page = pathlib.Path(m.group(1)).resolve()
+                executed[page.relative_to(ROOT).as_posix() if page.is_relative_to(ROOT) else str(page)] = float(m.group(2))
         rc = proc.wait()
-    return rc, warnings
+    return rc, warnings, executed
 
 
 def main(argv=None) -> int:
@@ -207,8 +228,13 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help="comma-separated chapter prefixes (e.g. 01,03): build the "
                                                    "preface, these pages and the references only")
     parser.add_argument("--existing-only", action="store_true", help="leave out toc entries with no file yet")
+    parser.add_argument("--jobs", type=int, default=None, help="pages executed at once (default: one per core, at "
+                                                              "most 4; 1 = Jupyter Book's own serial build)")
     parser.add_argument("--no-sync-check", action="store_true", help="do not require the .ipynb pairs in sync")
     args = parser.parse_args(argv)
+    jobs = default_jobs() if args.jobs is None else args.jobs
+    if jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {jobs}")
 
     t0 = time.perf_counter()
     STAMP.unlink(missing_ok=True)
@@ -247,7 +273,7 @@ def main(argv=None) -> int:
     if missing:
         log(f"toc entries without a file: {', '.join(missing)} (use --existing-only while chapters are written)")
 
-    rc, warnings = run_build(toc)
+    rc, warnings, executed = run_build(toc, jobs)
     if toc is not None:
         dangling = [w for w in warnings if SUBSET_NOISE.search(w)]
         if dangling:
@@ -258,9 +284,13 @@ def main(argv=None) -> int:
     if warnings:
         problems.append(f"{len(warnings)} warning(s):\n  " + "\n  ".join(warnings))
     problems += html_problems(docs)
-    log(f"built {len(docs)} pages in {elapsed:.0f} s (TPO_QUICK={os.environ['TPO_QUICK']}) -> {HTML.relative_to(ROOT)}")
+    log(f"built {len(docs)} pages in {elapsed:.0f} s, {jobs} at a time (TPO_QUICK={os.environ['TPO_QUICK']}) -> "
+        f"{HTML.relative_to(ROOT)}")
+    for doc, seconds in sorted(executed.items(), key=lambda kv: -kv[1]):
+        log(f"  executed {doc} in {seconds:.0f} s")
     STAMP.write_text(json.dumps({"ok": not problems, "full": toc is None, "docs": docs, "warnings": warnings,
                                  "problems": problems, "seconds": round(elapsed, 1), "returncode": rc,
+                                 "jobs": jobs, "executed_s": executed,
                                  "quick": os.environ["TPO_QUICK"]}, indent=1))
     if problems:
         for p in problems:

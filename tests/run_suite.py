@@ -7,8 +7,10 @@ and book helper crashed natively in CI (SIGSEGV / SIGABRT inside XLA) once it cr
 ``tpo_core.runtime.release_compiled`` now frees compiled programs at half the limit; a fresh process per
 file also keeps a native crash, should one happen, to the file it happened in.
 
-Why two at a time: the book build (one job: the two book files share one build and run in order) takes as
-long as all the other files together, and overlapping them saves about a sixth of the wall time.
+Why two at a time: the book build (one job: the two book files share one build and run in order) is the
+longest job; it starts first and runs beside the other files one after another. The build itself executes
+its pages two at a time on a 2-core machine (book/jb_parallel.py), so it uses the core the other files leave
+idle once they are done.
 
 The fast-compile XLA flag and the compile-cache policy are set in one place, ``tests/conftest.py``; this
 runner only makes the session's private cache folder, shared by every file.

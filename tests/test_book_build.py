@@ -96,3 +96,14 @@ def test_no_page_mentions_a_file_outside_the_repository_a_machine_path_or_not_fo
     assert not MACHINE_PATH.search(text), f"{doc} shows a machine path: {MACHINE_PATH.search(text).group(0)}"
     for out in _outputs(page):
         assert "not found" not in re.sub(r"<[^>]+>", " ", out).lower(), f"{doc} prints 'not found' in an output"
+
+
+def test_every_chapter_was_executed_by_the_parallel_build(built):
+    """The build ran its pages ``jobs`` at a time (book/jb_parallel.py) and myst-nb executed every chapter."""
+    from book import build
+
+    assert built["jobs"] == build.default_jobs()
+    missing = [d for d in book_helpers.chapter_docs() if d not in built["executed_s"]]
+    assert not missing, f"not executed: {missing}"
+    slowest = sorted(built["executed_s"].items(), key=lambda kv: -kv[1])[:6]
+    print("slowest pages: " + ", ".join(f"{d} {s:.0f} s" for d, s in slowest))

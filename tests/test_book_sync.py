@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -310,3 +311,35 @@ def test_offline_assets_come_from_installed_packages(tmp_path, monkeypatch):
     head = mj.read_text(encoding="utf-8", errors="replace")[:20000]
     assert mj.name == "tex-svg.js" and mj.stat().st_size > 1_000_000 and "MathJax" in head
     shutil.rmtree(tmp_path)
+
+
+def test_parallel_build_runs_one_page_per_task_slowest_first():
+    from book import jb_parallel
+
+    docs = ["book/intro", "book/01_policy_gradients", "book/03_loss_in_code", "book/03b_annotated_trainer",
+            "book/06_sparse_reversal", "book/08_ablations", "book/glossary", "book/api"]
+    chunks = jb_parallel.one_per_task(docs, 2)
+    assert all(len(c) == 1 for c in chunks) and sorted(c[0] for c in chunks) == sorted(docs)
+    order = [c[0] for c in chunks]
+    # the listed slow pages first, in the listed order (08 before 06 before 03 before 03b), then the rest by name
+    assert order[:4] == ["book/08_ablations", "book/06_sparse_reversal", "book/03_loss_in_code",
+                         "book/03b_annotated_trainer"]
+    assert order[4:] == ["book/01_policy_gradients", "book/api", "book/glossary", "book/intro"]
+
+
+def test_parallel_build_declares_undeclared_extensions_safe_and_keeps_what_they_return():
+    from book import jb_parallel
+
+    calls = []
+    wrapped = jb_parallel.declared_parallel_safe(lambda app: calls.append(app) or {"version": "9"})
+    assert wrapped("app") == {"version": "9", "parallel_read_safe": True, "parallel_write_safe": True}
+    assert calls == ["app"]  # the extension's own setup still runs
+    assert jb_parallel.declared_parallel_safe(lambda app: None)("app")["parallel_read_safe"] is True
+
+
+@pytest.mark.parametrize("argv", [[], ["0"], ["two", "build", "."]])
+def test_parallel_build_rejects_a_bad_worker_count(argv):
+    proc = subprocess.run([sys.executable, "-m", "book.jb_parallel", *argv], cwd=ROOT, capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 2
+    assert "number of worker processes" in proc.stderr and "Traceback" not in proc.stderr
