@@ -7,8 +7,8 @@ This wrapper does four things, then hands over to Jupyter Book's own command lin
 
 1. passes ``jobs=N`` to ``jupyter_book.sphinx.build_sphinx`` (which accepts it; the command line never sets it);
 2. replaces Sphinx's batching of documents (contiguous chunks of up to 10 in name order, so one worker could get
-   every long chapter) by one document per task, the slowest first (:data:`SLOWEST_FIRST`), so that N workers
-   take the next page as soon as they finish one (longest-processing-time-first scheduling);
+   every long chapter) by one document per task, started slowest first (:data:`SLOWEST_FIRST`), so that N
+   workers take the next page as soon as they finish one (longest-processing-time-first scheduling);
 3. declares the two extensions Jupyter Book loads that do not say whether they are parallel safe (Sphinx then
    warns and reads serially) safe, as they are:
 
@@ -48,8 +48,13 @@ def rank(docname: str) -> tuple[int, str]:
 
 
 def one_per_task(arguments, nproc, maxbatch=10):  # the signature of sphinx.util.parallel.make_chunks
-    """One document per worker task, slowest first (used for reading; writing HTML is cheap either way)."""
-    return [[d] for d in sorted(arguments, key=rank)]
+    """One document per worker task, so that Sphinx starts them slowest first.
+
+    Sphinx adds every task before any finishes; ``ParallelTasks`` starts the first ``nproc`` at once and then,
+    each time a worker is free, the task added *last* (``dict.popitem``). So the list is the first ``nproc``
+    pages of the wanted order followed by the rest of it reversed."""
+    wanted = [[d] for d in sorted(arguments, key=rank)]
+    return wanted[:nproc] + wanted[nproc:][::-1]
 
 
 def declared_parallel_safe(setup):
