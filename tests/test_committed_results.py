@@ -11,8 +11,9 @@ from tpo_core.reproduce import committed
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _write(path, curves, seeds, seconds=1.0, config=None):
-    atomic_io.write_npz(path, config_hash=np.array("h"), info=np.array(json.dumps({"seconds": seconds})),
+def _write(path, curves, seeds, seconds=1.0, config=None, engine=2):
+    atomic_io.write_npz(path, config_hash=np.array("h"),
+                        info=np.array(json.dumps({"seconds": seconds, "engine": engine})),
                         config=np.array(json.dumps(config or {"H": 3})), seeds=np.array(seeds),
                         **{f"curve_{k}": v for k, v in curves.items()})
 
@@ -27,6 +28,15 @@ def test_per_seed_files_are_concatenated_in_numeric_seed_order(tmp_path):
     assert run.seeds == (0, 2, 10)
     np.testing.assert_array_equal(run.curves["error"][:, 0], [0.0, 2.0, 10.0])
     assert run.n_seeds == 3 and run.length == 4 and run.seconds == 12.0
+
+
+@pytest.mark.parametrize("other", [dict(config={"H": 4}), dict(engine=1)], ids=["config", "engine"])
+def test_a_seed_file_of_another_configuration_is_refused(tmp_path, other):
+    folder = tmp_path / "preset"
+    _write(folder / "tpo.seeds" / "seed_0.npz", {"error": np.zeros((1, 4))}, [0])
+    _write(folder / "tpo.seeds" / "seed_1.npz", {"error": np.ones((1, 4))}, [1], **other)
+    with pytest.raises(ValueError, match=r"seed_1\.npz was trained with another configuration than seed_0\.npz"):
+        committed.load_runs(folder)
 
 
 def test_whole_run_files_and_missing_folders(tmp_path):

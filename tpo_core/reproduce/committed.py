@@ -3,7 +3,7 @@
 :func:`find_results` locates the folder (``$TPO_RESULTS_DIR``, else ``results/`` in the working directory
 or one of its parents); :func:`load_runs` reads one preset folder: whole runs (``<run>.npz``, all seeds)
 and per-seed runs (``<run>.seeds/seed_<s>.npz``, concatenated in seed order, however many seeds exist so
-far); :func:`load_summary` reads its ``summary.json``. Nothing is retrained.
+far, all of one configuration and engine version, else ValueError); :func:`load_summary` reads its ``summary.json``. Nothing is retrained.
 """
 from __future__ import annotations
 
@@ -85,12 +85,25 @@ def load_runs(folder) -> dict:
         parts = [p for p in parts if p[0]]
         if not parts:
             continue
+        _check_one_configuration(sub, files, parts)
         keys = set.intersection(*(set(p[0]) for p in parts))
         curves = {k: np.concatenate([p[0][k] for p in parts]) for k in sorted(keys)}
         seeds = tuple(s for p in parts for s in p[1])
         name = sub.name[: -len(".seeds")]
         runs[name] = CommittedRun(name, curves, seeds, parts[0][2], tuple(p[3] for p in parts))
     return runs
+
+
+def _check_one_configuration(sub: pathlib.Path, files, parts) -> None:
+    """The seed files of one run must share its configuration and engine version: a stale seed of another
+    configuration (say, an older engine's) must not slip into a chapter's seed mean."""
+    first_config, first_engine = parts[0][2], parts[0][3].get("engine")
+    for path, (_, _, config, info) in zip(files, parts):
+        if config != first_config or info.get("engine") != first_engine:
+            changed = sorted(k for k in set(config) | set(first_config) if config.get(k) != first_config.get(k))
+            what = f"config keys {changed}" if changed else f"engine {info.get('engine')} vs {first_engine}"
+            raise ValueError(f"{sub}: {path.name} was trained with another configuration than {files[0].name} "
+                             f"({what}); move it out of the folder or retrain it")
 
 
 def load_summary(folder) -> Optional[dict]:
