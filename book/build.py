@@ -234,7 +234,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     jobs = default_jobs() if args.jobs is None else args.jobs
     if jobs < 1:
-        parser.error(f"--jobs must be at least 1, got {jobs}")
+        print(f"python -m book.build: --jobs must be at least 1, got {jobs}", file=sys.stderr)
+        return 2
 
     t0 = time.perf_counter()
     STAMP.unlink(missing_ok=True)

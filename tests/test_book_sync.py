@@ -360,3 +360,13 @@ def test_parallel_build_rejects_a_bad_worker_count(argv):
                           text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 2
     assert "number of worker processes" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_book_build_rejects_a_bad_jobs_value_before_touching_the_build():
+    stamp = ROOT / "_build" / "tpo_build.json"
+    before = stamp.read_bytes() if stamp.exists() else None
+    proc = subprocess.run([sys.executable, "-m", "book.build", "--jobs", "0"], cwd=ROOT, capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "python -m book.build: --jobs must be at least 1, got 0"]
+    assert (stamp.read_bytes() if stamp.exists() else None) == before  # the last build's record is kept
