@@ -2,10 +2,20 @@
 steady-state seconds per episode for 1 and 8 vmapped seeds, a 5-value η sweep × 2 seeds as one program, and a
 profile of where one episode's time goes (sampling, the training forward/backward, the optimizer).
 
-Usage: python benchmarks/bench_train.py [--episodes 20] [--seeds 1 8] [--method tpo] [--no-profile]
+Usage: python benchmarks/bench_train.py [--episodes 20] [--seeds 1 8] [--method tpo] [--no-profile] [--ops]
 Compile time = first chunk minus one steady chunk. Every timing blocks on its outputs.
+``--ops`` also traces one steady chunk of the fused program (XLA's own per-kernel timings, through
+``jax.profiler``) and sums kernel time by phase of the episode (the named scopes of ``tpo_core.train``) and by
+kind of kernel (matrix products, layout copies, other fusions).
 """
 import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import tempfile
 import time
 
 import jax
@@ -66,6 +76,91 @@ def profile(cfg: TokenConfig):
           f"[sum {t_roll + E * (t_grad + t_opt):.3f} s; the rest is metrics and fusion effects]", flush=True)
 
 
+PHASES = ("sampling", "forward_backward", "optimizer", "metrics")
+
+
+def kernel_kind(name: str) -> str:
+    if name.startswith(("ynn_fusion", "xnn_fusion", "dot", "onednn")):
+        return "matrix products"
+    if "copy" in name or "transpose" in name:
+        return "layout copies / transposes"
+    return "other fusions (elementwise, reductions, gathers)"
+
+
+def _phase(op_name: str) -> str:
+    return next((p for p in PHASES if f"/{p}/" in op_name + "/"), "unlabelled")
+
+
+def _phases_of_instructions(hlo: str) -> dict:
+    """Instruction name -> phase, from the op_name metadata of the optimized HLO. XLA drops the metadata of
+    some instructions (library fusions, copies); such an instruction takes the phase of its fused computation,
+    else the most common phase of its operands, else that of the labelled instruction before it."""
+    own, calls, operands, order, inside, comp = {}, {}, {}, [], collections.defaultdict(collections.Counter), None
+    for line in hlo.splitlines():
+        head = re.match(r"(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if head and not line.startswith(" "):
+            comp = head.group(1)
+            continue
+        got = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = [^(]*\(([^)]*)\)", line)
+        if not got:
+            continue
+        name = got.group(1)
+        order.append(name)
+        operands[name] = re.findall(r"%([\w.\-]+)", got.group(2))
+        op = re.search(r'op_name="([^"]*)"', line)
+        if op:
+            own[name] = _phase(op.group(1))
+            inside[comp][own[name]] += 1
+        target = re.search(r"calls=%?([\w.\-]+)", line)
+        if target:
+            calls[name] = target.group(1)
+    phases = dict(own)
+    for name, target in calls.items():
+        if name not in phases and inside[target]:
+            phases[name] = inside[target].most_common(1)[0][0]
+    for _ in range(4):  # operands first (a few passes reach chains of unlabelled copies)
+        for name in order:
+            if name not in phases:
+                votes = collections.Counter(phases[o] for o in operands[name] if o in phases)
+                if votes:
+                    phases[name] = votes.most_common(1)[0][0]
+    last = "unlabelled"
+    for name in order:
+        last = phases.setdefault(name, last)
+    return phases
+
+
+def op_profile(cfg: TokenConfig, episodes: int = 2):
+    """Per-kernel times of the fused episode, from one traced steady chunk (one seed). The chunk is short: the
+    profiler's event buffer drops kernels of longer traces (10 episodes lost about 40 % of them here)."""
+    program = make_token_program(cfg)
+    carry = program.init([0])
+    carry, m = program.chunk(carry, 0, episodes)
+    jax.block_until_ready(m)
+    hlo = program.chunk.lower(carry, episodes, episodes).compile().as_text()
+    phase_of = _phases_of_instructions(hlo)
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        with jax.profiler.trace(d, create_perfetto_trace=True):
+            carry, m = program.chunk(carry, episodes, episodes)
+            jax.block_until_ready(m)
+        wall = time.perf_counter() - t0
+        trace = json.load(gzip.open(glob.glob(os.path.join(d, "**", "*perfetto_trace.json.gz"), recursive=True)[0]))
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    by_phase, by_kind = collections.Counter(), collections.Counter()
+    for e in events:
+        name = e.get("name", "")
+        if e.get("ph") != "X" or name not in phase_of or name.startswith(("while", "conditional", "call")):
+            continue
+        by_phase[phase_of[name]] += e["dur"] / 1e6 / episodes
+        by_kind[kernel_kind(name)] += e["dur"] / 1e6 / episodes
+    total = sum(by_kind.values())
+    print(f"kernels of the fused episode (one seed, traced, {wall / episodes:.3f} s/episode wall under the tracer): "
+          f"{total:.3f} s of kernel time per episode summed over threads", flush=True)
+    for title, table in (("by phase", by_phase), ("by kind", by_kind)):
+        print(f"  {title}: " + "; ".join(f"{k} {v:.3f} s ({100 * v / total:.0f} %)" for k, v in table.most_common()))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--episodes", type=int, default=20)
@@ -74,7 +169,10 @@ def main():
     ap.add_argument("--H", type=int, default=10)
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--ops", action="store_true", help="trace the fused episode's kernels (see above)")
     args = ap.parse_args()
+    if args.ops:  # before the backend starts: XLA's CPU runtime reports per-kernel times to the profiler
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true").strip()
     print(f"devices: {jax.devices()}")
     cfg = TokenConfig(method=args.method, H=args.H, episodes=args.episodes, track=2)
     base = None
@@ -90,6 +188,8 @@ def main():
               f"= {per_ep / base:.2f}x one run", flush=True)
     if not args.no_profile:
         profile(cfg)
+    if args.ops:
+        op_profile(cfg)
 
 
 if __name__ == "__main__":

@@ -328,3 +328,29 @@ def test_step_norm_stays_normal_size_on_an_all_fail_batch():
     assert fail["zero_var_frac"][0, 0] == 1.0 and fail["grad_norm"][0, 0] < 1e-4
     assert fail["step_norm"][0, 0] > 1e-3, fail["step_norm"]
     np.testing.assert_allclose(fail["update_norm"], fail["step_norm"], rtol=1e-5)  # one epoch: one step
+
+
+def test_the_compiled_episode_labels_its_phases_for_the_op_profile():
+    """benchmarks/bench_train.py --ops sums XLA's kernel times by the named scopes of the episode: every phase
+    must reach the optimized program, and the benchmark's mapping must give every instruction a phase."""
+    import importlib.util
+    import pathlib
+    import re
+
+    cfg = TokenConfig(method="tpo", **TINY)
+    program = make_token_program(cfg)
+    carry = program.init([0])
+    hlo = program.chunk.lower(carry, 0, 1).compile().as_text()
+    names = set(re.findall(r'op_name="([^"]*)"', hlo))
+    for phase in ("sampling", "forward_backward", "optimizer", "metrics"):
+        assert any(f"/{phase}/" in n for n in names), f"no operation of the compiled episode is labelled {phase}"
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_train.py"
+    spec = importlib.util.spec_from_file_location("bench_train", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    phases = bench._phases_of_instructions(hlo)
+    instructions = set(re.findall(r"^\s*(?:ROOT )?%?([\w.\-]+) = ", hlo, re.M))
+    assert instructions <= set(phases)
+    assert set(phases.values()) >= {"sampling", "forward_backward", "optimizer", "metrics"}
+    assert bench.kernel_kind("ynn_fusion.12") == "matrix products"
+    assert bench.kernel_kind("copy_bitcast_fusion.3") == "layout copies / transposes"

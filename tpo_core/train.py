@@ -210,38 +210,44 @@ def _token_program(cfg: TokenConfig):
     def episode(state, e):
         knobs = state["knobs"]
         hp = {k: knobs[k] for k in ("eta", "beta", "clip_eps", "std_floor")}
-        batch, error = rollout(state["params"], state["key"], e, knobs)
+        # The named scopes label the compiled program's operations (benchmarks/bench_train.py --ops reads them).
+        with jax.named_scope("sampling"):
+            batch, error = rollout(state["params"], state["key"], e, knobs)
 
         def epoch(carry, _):
             params, opt = carry
-            (loss, p_track), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, hp)
-            updates, opt = tx.update(grads, opt, params)
-            step = optax.tree.norm(updates["model"])
-            return (optax.apply_updates(params, updates), opt), (loss, optax.tree.norm(grads["model"]), step, p_track)
+            with jax.named_scope("forward_backward"):
+                (loss, p_track), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, hp)
+            with jax.named_scope("optimizer"):
+                updates, opt = tx.update(grads, opt, params)
+                step = optax.tree.norm(updates["model"])
+                new_params = optax.apply_updates(params, updates)
+            return (new_params, opt), (loss, optax.tree.norm(grads["model"]), step, p_track)
 
         (params, opt), (loss, gnorm, step, p_track) = jax.lax.scan(
             epoch, (state["params"], state["opt"]), None, length=E)
-        metrics = dict(error=error, loss=loss[0], grad_norm=gnorm[0], grad_norm_last=gnorm[-1],
-                       step_norm=step[0],  # ‖Δθ‖ of the first epoch's update (Muon/Adam: not ∝ ‖∇L‖)
-                       update_norm=_param_delta_norm(params["model"], state["params"]["model"]))  # whole episode
-        if "scores" in batch:  # group and token methods: group statistics and TPO's target
-            s = batch["scores"].reshape(-1, batch["scores"].shape[-1])
-            lo = batch["logp_old"].reshape(s.shape)
-            zero = L.zero_variance(s)
-            q = L.tpo_target(lo, s, knobs["eta"], std_floor=knobs["std_floor"])
-            good = (s > s.mean(-1, keepdims=True)).astype(jnp.float32)
-            informative = (~zero).astype(jnp.float32)
-            metrics.update(
-                zero_var_frac=zero.mean(),
-                success_mass=((q * good).sum(-1) * informative).sum() / jnp.maximum(informative.sum(), 1.0),
-                success_mass_old=((jax.nn.softmax(lo, -1) * good).sum(-1) * informative).sum()
-                / jnp.maximum(informative.sum(), 1.0))
-            if spec.sampling == "group" and n_track:
-                idx = _tracked(s)
-                metrics.update(track_q=q[idx], track_p=jnp.moveaxis(p_track, 0, 1),  # p: [n_track, epochs, K]
-                               track_scores=s[idx], track_informative=~zero[idx])
-        else:
-            metrics.update(zero_var_frac=jnp.zeros(()), success_mass=jnp.zeros(()), success_mass_old=jnp.zeros(()))
+        with jax.named_scope("metrics"):
+            metrics = dict(error=error, loss=loss[0], grad_norm=gnorm[0], grad_norm_last=gnorm[-1],
+                           step_norm=step[0],  # ‖Δθ‖ of the first epoch's update (Muon/Adam: not ∝ ‖∇L‖)
+                           update_norm=_param_delta_norm(params["model"], state["params"]["model"]))  # whole episode
+            if "scores" in batch:  # group and token methods: group statistics and TPO's target
+                s = batch["scores"].reshape(-1, batch["scores"].shape[-1])
+                lo = batch["logp_old"].reshape(s.shape)
+                zero = L.zero_variance(s)
+                q = L.tpo_target(lo, s, knobs["eta"], std_floor=knobs["std_floor"])
+                good = (s > s.mean(-1, keepdims=True)).astype(jnp.float32)
+                informative = (~zero).astype(jnp.float32)
+                metrics.update(
+                    zero_var_frac=zero.mean(),
+                    success_mass=((q * good).sum(-1) * informative).sum() / jnp.maximum(informative.sum(), 1.0),
+                    success_mass_old=((jax.nn.softmax(lo, -1) * good).sum(-1) * informative).sum()
+                    / jnp.maximum(informative.sum(), 1.0))
+                if spec.sampling == "group" and n_track:
+                    idx = _tracked(s)
+                    metrics.update(track_q=q[idx], track_p=jnp.moveaxis(p_track, 0, 1),  # p: [n_track, epochs, K]
+                                   track_scores=s[idx], track_informative=~zero[idx])
+            else:
+                metrics.update(zero_var_frac=jnp.zeros(()), success_mass=jnp.zeros(()), success_mass_old=jnp.zeros(()))
         return dict(state, params=params, opt=opt), metrics
 
     @functools.partial(jax.jit, static_argnums=2)
