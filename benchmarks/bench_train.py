@@ -2,7 +2,8 @@
 steady-state seconds per episode for 1 and 8 vmapped seeds, a 5-value η sweep × 2 seeds as one program, and a
 profile of where one episode's time goes (sampling, the training forward/backward, the optimizer).
 
-Usage: python benchmarks/bench_train.py [--episodes 20] [--seeds 1 8] [--method tpo] [--no-profile] [--ops]
+Usage: python benchmarks/bench_train.py [--episodes 20] [--seeds 1 8] [--run-batch 1 2] [--method tpo] [--no-profile]
+       [--ops]
 Compile time = first chunk minus one steady chunk. Every timing blocks on its outputs.
 ``--ops`` also traces one steady chunk of the fused program (XLA's own per-kernel timings, through
 ``jax.profiler``) and sums kernel time by phase of the episode (the named scopes of ``tpo_core.train``) and by
@@ -28,8 +29,8 @@ from tpo_core.train import make_token_program
 ETAS = [0.25, 0.5, 1.0, 2.0, 4.0]
 
 
-def measure(cfg: TokenConfig, seeds, episodes: int, points=None):
-    program = make_token_program(cfg)
+def measure(cfg: TokenConfig, seeds, episodes: int, points=None, run_batch=None):
+    program = make_token_program(cfg, run_batch)
     t0 = time.perf_counter()
     carry = jax.block_until_ready(program.init(seeds, points))
     carry, m = program.chunk(carry, 0, episodes)
@@ -169,6 +170,8 @@ def main():
     ap.add_argument("--H", type=int, default=10)
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--run-batch", type=int, nargs="*", default=[1, 2],
+                    help="also time several runs with this many vmapped at a time (lax.map over the batches)")
     ap.add_argument("--ops", action="store_true", help="trace the fused episode's kernels (see above)")
     args = ap.parse_args()
     if args.ops:  # before the backend starts: XLA's CPU runtime reports per-kernel times to the profiler
@@ -177,15 +180,19 @@ def main():
     cfg = TokenConfig(method=args.method, H=args.H, episodes=args.episodes, track=2)
     base = None
     for s in args.seeds:
-        compile_s, per_ep = measure(cfg, list(range(s)), args.episodes)
-        base = base or per_ep
-        print(f"{args.method} H={args.H} B=100 K=8 seeds={s}: compile {compile_s:5.1f} s, "
-              f"{per_ep:.3f} s/episode ({per_ep / s:.3f} s per seed-episode, {1 / per_ep:.2f} episodes/s, "
-              f"{per_ep / base:.2f}x the 1-seed time)", flush=True)
+        for rb in [None] + ([b for b in args.run_batch if b < s] if s > 1 else []):
+            compile_s, per_ep = measure(cfg, list(range(s)), args.episodes, run_batch=rb)
+            base = base or per_ep
+            form = "vmapped" if rb is None else f"run_batch={rb}"
+            print(f"{args.method} H={args.H} B=100 K=8 seeds={s} ({form}): compile {compile_s:5.1f} s, "
+                  f"{per_ep:.3f} s/episode ({per_ep / s:.3f} s per seed-episode, {1 / per_ep:.2f} episodes/s, "
+                  f"{per_ep / base:.2f}x the 1-seed time)", flush=True)
     if not args.no_sweep:
-        compile_s, per_ep = measure(cfg, [0, 1], args.episodes, [{"eta": e} for e in ETAS])
-        print(f"eta sweep {ETAS} x 2 seeds (one program, 10 runs): compile {compile_s:5.1f} s, {per_ep:.3f} s/episode "
-              f"= {per_ep / base:.2f}x one run", flush=True)
+        for rb in [None] + list(args.run_batch):
+            compile_s, per_ep = measure(cfg, [0, 1], args.episodes, [{"eta": e} for e in ETAS], run_batch=rb)
+            form = "vmapped" if rb is None else f"run_batch={rb}"
+            print(f"eta sweep {ETAS} x 2 seeds (one program, 10 runs, {form}): compile {compile_s:5.1f} s, "
+                  f"{per_ep:.3f} s/episode = {per_ep / base:.2f}x one run", flush=True)
     if not args.no_profile:
         profile(cfg)
     if args.ops:

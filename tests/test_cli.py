@@ -31,6 +31,7 @@ def run(*args, timeout=600):
     (["train", "--epochs", "0"], "epochs"),
     (["train", "--first-seed", "-1"], "first-seed"),
     (["train", "--chunk", "0"], "chunk"),
+    (["train", "--run-batch", "0"], "run-batch"),
     (["train", "--lr", "0"], "lr"),
     (["train", "--sweep", "eta=1,-2"], "eta"),
     (["train", "--sweep", "H=3,4"], "sweep"),

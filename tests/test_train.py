@@ -354,3 +354,19 @@ def test_the_compiled_episode_labels_its_phases_for_the_op_profile():
     assert set(phases.values()) >= {"sampling", "forward_backward", "optimizer", "metrics"}
     assert bench.kernel_kind("ynn_fusion.12") == "matrix products"
     assert bench.kernel_kind("copy_bitcast_fusion.3") == "layout copies / transposes"
+
+
+def test_runs_in_batches_equal_all_runs_vmapped():
+    """run_batch=b advances b runs at a time (lax.map over batches) inside one program: the same per-run numbers
+    as vmapping every run at once, for seeds and sweep points alike, with a ragged last batch."""
+    cfg = TokenConfig(method="tpo", **dict(TINY, episodes=2))
+    together = train_tokens(cfg, seeds=(0, 1, 2), sweep={"eta": [0.5, 2.0]})
+    for run_batch in (1, 4):  # 6 runs: six batches of one; a batch of four and a ragged one of two
+        batched = train_tokens(cfg, seeds=(0, 1, 2), sweep={"eta": [0.5, 2.0]}, run_batch=run_batch)
+        for k in ("error", "loss", "grad_norm", "success_mass"):
+            np.testing.assert_allclose(batched[k], together[k], rtol=2e-4, atol=2e-6, err_msg=f"{k}, {run_batch}")
+    assert not np.allclose(together["loss"][0, 0], together["loss"][0, 1])  # the seeds differ
+    assert make_token_program(cfg, 1).chunk is not make_token_program(cfg).chunk
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="run_batch"):
+            make_token_program(cfg, bad)

@@ -83,6 +83,9 @@ def _add_train(sub):
     p.add_argument("--interaction-matched", action="store_true",
                    help="single-sample methods get B·K prompts and lr·sqrt(K)")
     p.add_argument("--chunk", type=_positive_int("chunk"), default=None, help="episodes per streamed chunk")
+    p.add_argument("--run-batch", type=_positive_int("run-batch"), default=None,
+                   help="runs (seeds x sweep values) vmapped together, the batches one after another in the same "
+                        "program (default: all at once; 1 or 2 is faster for many runs of the Table-3 model on a CPU)")
     p.add_argument("--data-dir", default=None, help="MNIST IDX folder (else $TPO_DATA_DIR, cache, download)")
     p.add_argument("--out", default=None, help="results file: .json or .npz (written atomically)")
     p.add_argument("--quiet", action="store_true")
@@ -111,7 +114,7 @@ def cmd_train(args) -> int:
             cfg = cfg.interaction_matched()
         total, unit, curve_name, metric = cfg.episodes, "ep", "error", "error"
         chunk = args.chunk if args.chunk is not None else max(1, min(50, cfg.episodes))
-        run = lambda cb: train.train_tokens(cfg, seeds, chunk, cb, sweep=sweep)  # noqa: E731
+        run = lambda cb: train.train_tokens(cfg, seeds, chunk, cb, sweep=sweep, run_batch=args.run_batch)  # noqa: E731
     elif args.task == "mnist":
         steps = 2000 if args.episodes is None else args.episodes
         if steps < 1:
@@ -121,7 +124,8 @@ def cmd_train(args) -> int:
         dataset = mnist.load(args.data_dir)
         total, unit, curve_name, metric = cfg.steps // cfg.eval_every, "eval", "test_error", "greedy test error"
         chunk = args.chunk if args.chunk is not None else max(1, min(10, total))
-        run = lambda cb: train.train_bandit(cfg, dataset, seeds, chunk, cb, sweep=sweep)  # noqa: E731
+        run = lambda cb: train.train_bandit(  # noqa: E731
+            cfg, dataset, seeds, chunk, cb, sweep=sweep, run_batch=args.run_batch)
     else:
         raise ValueError(f"task must be one of {TASKS}, got {args.task!r}")
     config.check_sweep(cfg, sweep)

@@ -130,10 +130,26 @@ def _transformer(cfg: TokenConfig, key):
     return Transformer(cfg.V, cfg.H, cfg.d_model, cfg.heads, cfg.layers, cfg.ffn, rngs=nnx.Rngs(key))
 
 
-def make_token_program(cfg: TokenConfig) -> Program:
-    """The program of a token-task configuration: compiled once per ``cfg.static``, bound to ``cfg.knobs``."""
+def check_run_batch(run_batch) -> None:
+    if run_batch is not None and (not isinstance(run_batch, int) or isinstance(run_batch, bool) or run_batch < 1):
+        raise ValueError(f"run_batch must be None (every run vmapped at once) or an integer >= 1, got {run_batch!r}")
+
+
+def _map_runs(one_run, carry, run_batch: int | None):
+    """Advance every run: all vmapped at once (``run_batch=None``), or ``run_batch`` at a time, one batch after
+    another inside the same program (``lax.map``). Same per-run computation either way; on a CPU where one run
+    already keeps every core busy the batched form is faster (benchmarks/bench_train.py measures both)."""
+    if run_batch is None:
+        return jax.vmap(one_run)(carry)
+    return jax.lax.map(one_run, carry, batch_size=run_batch)
+
+
+def make_token_program(cfg: TokenConfig, run_batch: int | None = None) -> Program:
+    """The program of a token-task configuration: compiled once per (``cfg.static``, ``run_batch``), bound to
+    ``cfg.knobs``. ``run_batch``: how many runs are vmapped together (None: all of them; see :func:`_map_runs`)."""
+    check_run_batch(run_batch)
     runtime.release_compiled()
-    init_runs, chunk = _token_program(cfg.static)
+    init_runs, chunk = _token_program(cfg.static, run_batch)
     return Program(init_runs=init_runs, chunk=chunk, knobs=cfg.knobs)
 
 
@@ -141,7 +157,7 @@ NOISE_STREAM = 7  # fold_in index of the reward-noise key (its own stream: promp
 
 
 @functools.lru_cache(maxsize=64)
-def _token_program(cfg: TokenConfig):
+def _token_program(cfg: TokenConfig, run_batch: int | None = None):
     spec = cfg.spec
     B, H, V, K, E = cfg.B, cfg.H, cfg.V, cfg.K, cfg.n_epochs
     ks = cfg.samples_per_prompt
@@ -254,7 +270,7 @@ def _token_program(cfg: TokenConfig):
     def chunk(carry, start, n):
         def one_run(state):
             return jax.lax.scan(episode, state, start + jnp.arange(n))
-        return jax.vmap(one_run)(carry)
+        return _map_runs(one_run, carry, run_batch)
 
     chunk.parts = dict(init_one=init_one, rollout=rollout, loss_fn=loss_fn, tx=tx, episode=episode)  # profiling
     return _init_runs(init_one), chunk
@@ -263,16 +279,18 @@ def _token_program(cfg: TokenConfig):
 # --------------------------------------------------------------------------------------------
 # MNIST contextual bandit
 # --------------------------------------------------------------------------------------------
-def make_bandit_program(cfg: BanditConfig, dataset) -> Program:
-    """The program of a bandit configuration on ``dataset``: compiled once per (``cfg.static``, dataset)."""
+def make_bandit_program(cfg: BanditConfig, dataset, run_batch: int | None = None) -> Program:
+    """The program of a bandit configuration on ``dataset``: compiled once per (``cfg.static``, dataset,
+    ``run_batch``); ``run_batch`` as in :func:`make_token_program`."""
+    check_run_batch(run_batch)
     runtime.release_compiled()
-    init_runs, chunk, data = _bandit_program(cfg.static, dataset)
+    init_runs, chunk, data = _bandit_program(cfg.static, dataset, run_batch)
     return Program(init_runs=init_runs, chunk=chunk, knobs=cfg.knobs, data=data,
                    unit=f"blocks of {cfg.eval_every} steps")
 
 
 @functools.lru_cache(maxsize=32)
-def _bandit_program(cfg: BanditConfig, dataset):
+def _bandit_program(cfg: BanditConfig, dataset, run_batch: int | None = None):
     spec = methods.get(cfg.method)
     in_dim = dataset.x_train.shape[1]
     tx = optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)
@@ -318,7 +336,7 @@ def _bandit_program(cfg: BanditConfig, dataset):
         def one_run(state):
             return jax.lax.scan(lambda st, b: block(st, b, x_train, y_train, x_test, y_test),
                                 state, start + jnp.arange(n))
-        return jax.vmap(one_run)(carry)
+        return _map_runs(one_run, carry, run_batch)
 
     data = tuple(jnp.asarray(a) for a in (dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test))
     return _init_runs(init_one), chunk, data
@@ -344,19 +362,20 @@ def _collect(program: Program, seeds, n: int, chunk_size, callback, points) -> d
 
 
 def train_tokens(cfg: TokenConfig, seeds: Sequence[int] = (0,), chunk_size: int | None = None,
-                 callback: Callable | None = None, sweep: dict | None = None) -> dict:
+                 callback: Callable | None = None, sweep: dict | None = None, run_batch: int | None = None) -> dict:
     """Run ``cfg`` for every seed; returns metrics as numpy arrays [S, episodes, ...].
 
     ``sweep={"eta": [0.25, 0.5, 1, 2, 4]}`` (any of ``cfg.knobs``; several keys are zipped) runs every
-    value × seed in one compiled program and returns metrics [P, S, episodes, ...]."""
+    value × seed in one compiled program and returns metrics [P, S, episodes, ...]. ``run_batch``: runs
+    vmapped together (None: all; 1 or 2 is faster for many runs of the Table-3 model on a 2-core CPU)."""
     points = check_sweep(cfg, sweep) if sweep else None
-    return _collect(make_token_program(cfg), seeds, cfg.episodes, chunk_size, callback, points)
+    return _collect(make_token_program(cfg, run_batch), seeds, cfg.episodes, chunk_size, callback, points)
 
 
 def train_bandit(cfg: BanditConfig, dataset, seeds: Sequence[int] = (0,), chunk_size: int | None = None,
-                 callback: Callable | None = None, sweep: dict | None = None) -> dict:
+                 callback: Callable | None = None, sweep: dict | None = None, run_batch: int | None = None) -> dict:
     """Run the bandit for every seed; metrics [S, steps // eval_every] (test error after each block), or
-    [P, S, ...] with ``sweep`` (keys from ``cfg.knobs``: eta, lr)."""
+    [P, S, ...] with ``sweep`` (keys from ``cfg.knobs``: eta, lr); ``run_batch`` as in :func:`train_tokens`."""
     points = check_sweep(cfg, sweep) if sweep else None
-    return _collect(make_bandit_program(cfg, dataset), seeds, cfg.steps // cfg.eval_every, chunk_size, callback,
-                    points)
+    return _collect(make_bandit_program(cfg, dataset, run_batch), seeds, cfg.steps // cfg.eval_every, chunk_size,
+                    callback, points)
