@@ -146,7 +146,8 @@ def _map_runs(one_run, carry, run_batch: int | None):
 
 def make_token_program(cfg: TokenConfig, run_batch: int | None = None) -> Program:
     """The program of a token-task configuration: compiled once per (``cfg.static``, ``run_batch``), bound to
-    ``cfg.knobs``. ``run_batch``: how many runs are vmapped together (None: all of them; see :func:`_map_runs`)."""
+    ``cfg.knobs``. ``run_batch``: how many runs are vmapped together (None: all of them); the batches run one
+    after another inside the same program."""
     check_run_batch(run_batch)
     runtime.release_compiled()
     init_runs, chunk = _token_program(cfg.static, run_batch)
