@@ -26,11 +26,16 @@ demo: venv  ## the Gradio app on http://127.0.0.1:7860
 train: venv  ## a short live training run from the CLI
 	$(BIN)/python -m tpo_core train --task reversal --reward terminal --method tpo --H 6 --episodes 200 --seeds 2
 
-test: venv  ## the whole test suite, one pytest process per file (see tests/run_suite.py)
-	$(BIN)/python tests/run_suite.py
+# pytest-xdist: two worker processes on 2 cores (up to four on more), one unit of work per test file, the longest
+# groups first (tests/conftest.py says why and how).
+PYTEST_SUITE := $(BIN)/python -m pytest -n auto --dist loadscope --no-loadscope-reorder -p no:cacheprovider \
+	--timeout 1800 --durations 25 -q
+
+test: venv  ## the whole test suite
+	$(PYTEST_SUITE)
 
 test-fast: venv
-	$(BIN)/python tests/run_suite.py -m "not slow and not browser"
+	$(PYTEST_SUITE) -m "not slow and not browser"
 
 book: venv  ## build the Jupyter Book (quick mode on CPU)
 	TPO_QUICK=$${TPO_QUICK:-1} $(BIN)/python -m book.build

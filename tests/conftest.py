@@ -26,16 +26,62 @@ if os.environ.get("TPO_TEST_XLA_OPT") != "default":
     _flags = os.environ.get("XLA_FLAGS", "").split()
     os.environ["XLA_FLAGS"] = " ".join(_flags + [f for f in FAST_COMPILE if f not in _flags])
 
-# One compile-cache policy: a persistent JAX cache private to this test session (tests/run_suite.py makes one
-# for all files), on in the pytest processes and in the servers, CLIs and kernels they start.
+# One compile-cache policy: a persistent JAX cache private to this test session, on in the pytest processes and
+# in the servers, CLIs and kernels they start. The first process of the session (pytest-xdist's controller, or a
+# plain pytest) makes it before any worker starts; the workers inherit it through the environment, so a program
+# one file compiled loads in every later file; the process that made it removes it at the end.
+_OWN_CACHE = None
 if "TPO_JAX_CACHE" not in os.environ:
     import tempfile
 
-    os.environ["TPO_JAX_CACHE"] = tempfile.mkdtemp(prefix="tpo-jax-cache-")
+    _OWN_CACHE = os.environ["TPO_JAX_CACHE"] = tempfile.mkdtemp(prefix="tpo-jax-cache-")
 
 from tpo_core import runtime  # noqa: E402
 
 runtime.enable_compile_cache()
+
+
+# -- the suite's schedule (pytest-xdist, `make test`) -------------------------------------------------------------
+# `make test` runs `pytest -n auto --dist loadscope --no-loadscope-reorder` with the scheduler below: every test file
+# is one unit of work (one worker runs the whole file, so module fixtures such as a served demo start once), the two
+# book files are one unit (one build, then the Chromium pass over it), and the units are queued longest first, so
+# the book's job starts at once and the other files fill the second worker beside it. (xdist's own
+# `--dist loadgroup` would express the same groups with marks, but with pytest 9.2 it silently stops grouping:
+# pytest-dev/pytest-xdist#1386.)
+SLOWEST_FIRST = ("book", "test_reproduce", "test_train", "test_colab", "test_bridge_torch_ops", "test_bridge_trl")
+BOOK_FILES = ("test_book_build", "test_book_browser")
+
+
+def group_of(path: pathlib.Path) -> str:
+    return "book" if path.stem in BOOK_FILES else path.stem
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: two workers on a 2-core machine (the book's job beside the rest), one per core up to four."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+    return max(2, min(4, cores))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scope scheduler with a test file (or the book) as the scope, instead of its module/class rule."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(pathlib.Path(nodeid.split("::", 1)[0]))
+
+    return FileGroups(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest groups first, each file's tests together and in order (book: the build's file, then Chromium's)."""
+    rank = {g: i for i, g in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda it: (rank.get(group_of(it.path), len(rank)), it.path.stem != "test_book_build"))
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE and not os.environ.get("PYTEST_XDIST_WORKER"):
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
@@ -116,3 +162,4 @@ def artifacts_dir():
     d = ROOT / "artifacts"
     d.mkdir(exist_ok=True)
     return d
+

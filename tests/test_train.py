@@ -18,7 +18,7 @@ from tpo_core.train import chunk_plan, make_token_program, muon_adamw, train_ban
 
 TINY = dict(H=3, B=8, K=4, episodes=3, d_model=16, heads=2, layers=1, ffn=32)
 # The reproduction presets' smoke shape, streamed one episode per chunk as their runner does: a test at this
-# shape reuses the program test_reproduce.py compiled (tests/run_suite.py shares one persistent compile cache).
+# shape reuses the program test_reproduce.py compiled (the suite shares one persistent compile cache: tests/conftest.py).
 SMOKE = dict(SMOKE_MODEL, **SMOKE_TASK, track=0)
 
 
