@@ -29,7 +29,7 @@ train: venv  ## a short live training run from the CLI
 # pytest-xdist: two worker processes on 2 cores (up to four on more), one unit of work per test file, the longest
 # groups first (tests/conftest.py says why and how).
 PYTEST_SUITE := $(BIN)/python -m pytest -n auto --dist loadscope --no-loadscope-reorder -p no:cacheprovider \
-	--timeout 1800 --durations 25 -q
+	--timeout 1800 --durations 25 -q -rs
 
 test: venv  ## the whole test suite
 	$(PYTEST_SUITE)

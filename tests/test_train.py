@@ -364,8 +364,16 @@ def test_runs_in_batches_equal_all_runs_vmapped():
     for run_batch in (1, 4):  # 6 runs: six batches of one; a batch of four and a ragged one of two
         batched = train_tokens(cfg, seeds=(0, 1, 2), sweep={"eta": [0.5, 2.0]}, run_batch=run_batch)
         for k in ("error", "loss", "grad_norm", "success_mass"):
-            np.testing.assert_allclose(batched[k], together[k], rtol=2e-4, atol=2e-6, err_msg=f"{k}, {run_batch}")
-    assert not np.allclose(together["loss"][0, 0], together["loss"][0, 1])  # the seeds differ
+            # The first episode to float tolerance. After its updates the two programs' parameters differ in the
+            # last bits (batched and unbatched products sum in different orders), and Muon/Adam turn a near-zero
+            # gradient component into a full-size step in whatever direction those bits give, so a later episode
+            # can move by ~1e-4 relative (2.2e-4 seen in CI); 2e-3 still separates every seed and η (below).
+            np.testing.assert_allclose(batched[k][..., 0], together[k][..., 0], rtol=2e-4, atol=2e-6,
+                                       err_msg=f"{k}, {run_batch}, first episode")
+            np.testing.assert_allclose(batched[k], together[k], rtol=2e-3, atol=2e-5, err_msg=f"{k}, {run_batch}")
+    loss = together["loss"]  # [η, seed, episode]
+    for a, b in ((loss[0, 0], loss[0, 1]), (loss[0, 1], loss[0, 2]), (loss[0, 0], loss[1, 0])):
+        assert np.max(np.abs(a - b) / np.abs(b)) > 10 * 2e-3  # another seed or η is far outside the tolerance
     assert make_token_program(cfg, 1).chunk is not make_token_program(cfg).chunk
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="run_batch"):
