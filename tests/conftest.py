@@ -162,4 +162,3 @@ def artifacts_dir():
     d = ROOT / "artifacts"
     d.mkdir(exist_ok=True)
     return d
-
