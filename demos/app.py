@@ -16,6 +16,9 @@ import os
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is imported
 
 import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import collections  # noqa: E402
+import itertools  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 
@@ -101,11 +104,19 @@ def on_task_change(task):
 
 # Stop is cooperative: the button flags its session's running generator, which ends at its next chunk with a
 # "stopped" status. (Cancelling the event instead, Gradio's `cancels=`, marks the run's outputs with an
-# "Error" badge when it interrupts a stream mid-way.) A run still waiting in the queue is not running yet,
-# so Stop does not reach it; it starts when its turn comes.
-_RUNNING: set[str] = set()
+# "Error" badge when it interrupts a stream mid-way.) A chunk is one compiled call and cannot be interrupted,
+# so Stop first says "stopping", and a follow-up event (`await_stopped`) waits for that run to end and writes
+# the status it ended with: the last word is always the run's own, whichever of the two messages the browser
+# receives first. A run still waiting in the queue is not running yet, so Stop does not reach it.
+_RUNNING: dict[str, int] = {}          # session -> id of its running run
+_LATEST: dict[str, int] = {}           # session -> id of its latest run, running or ended
 _STOP_REQUESTS: set[str] = set()
+_FINAL: "collections.OrderedDict[int, str]" = collections.OrderedDict()  # run id -> status of its last update
+_FINAL_KEEP = 256
+_WAITERS: dict[int, list] = collections.defaultdict(list)  # run id -> [(event loop, future)] of await_stopped
+_RUN_IDS = itertools.count(1)
 _STOP_LOCK = threading.Lock()
+STOP_WAIT_S = 600.0                    # await_stopped gives up after this long (a chunk takes seconds)
 
 
 def _session(request) -> str:
@@ -114,11 +125,15 @@ def _session(request) -> str:
 
 def request_stop(session: str) -> bool:
     """Flag ``session``'s running run to stop; False when it has none running."""
+    return _request_stop(session) is not None
+
+
+def _request_stop(session: str) -> int | None:
     with _STOP_LOCK:
         if session in _RUNNING:
             _STOP_REQUESTS.add(session)
-            return True
-        return False
+            return _RUNNING[session]
+        return None
 
 
 def _take_stop(session: str) -> bool:
@@ -138,28 +153,76 @@ def train(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_s
         raise gr.Error(str(e), duration=None) from None
     session = _session(request)
     backend = _backend()
+    run_id = next(_RUN_IDS)
     with _STOP_LOCK:
-        _RUNNING.add(session)
+        _RUNNING[session] = _LATEST[session] = run_id
         _STOP_REQUESTS.discard(session)
+    last = None
     try:
         for hist in T.stream(req):
             n_tracked = max(hist["done"] - 1, 0)
             figures = T.figures(hist, backend)
             stop = _take_stop(session)
-            yield ((stopped_status(hist) if stop else figures[0]), *figures[1:], hist,
+            last = stopped_status(hist) if stop else figures[0]
+            yield (last, *figures[1:], hist,
                    gr.update(maximum=max(n_tracked, 1), value=n_tracked, interactive=hist["done"] > 1))
             if stop:
                 return
     finally:
         with _STOP_LOCK:
-            _RUNNING.discard(session)
-            _STOP_REQUESTS.discard(session)
+            if _RUNNING.get(session) == run_id:
+                del _RUNNING[session]
+                _STOP_REQUESTS.discard(session)
+            final = _FINAL[run_id] = last if last is not None else stopped_status(None)
+            while len(_FINAL) > _FINAL_KEEP:
+                _FINAL.popitem(last=False)
+            waiters = _WAITERS.pop(run_id, [])
+        for loop, future in waiters:  # wake Stop's follow-up at once (it runs on the server's event loop)
+            loop.call_soon_threadsafe(lambda f=future: f.done() or f.set_result(final))
 
 
 def stop_run(hist=None, request: gr.Request = None):
-    """Stop's callback: ask this session's running generator to end, and say where the run stopped."""
-    request_stop(_session(request))
-    return stopped_status(hist)
+    """Stop's callback: ask this session's running run to end at its next chunk and say so; returns (status,
+    the run's id for :func:`await_stopped`). With no run going in this session the status is left as it is."""
+    run_id = _request_stop(_session(request))
+    if run_id is None:
+        return gr.update(), None
+    return stopping_status(hist), run_id
+
+
+async def await_stopped(run_id, request: gr.Request = None):
+    """Stop's follow-up: once run ``run_id`` has ended, the status of its last update ("stopped at …", or
+    "done" if it finished on its own meanwhile). Nothing changes if the session has started a newer run since
+    (Train pressed right after Stop) or if the run has not ended within ``STOP_WAIT_S``."""
+    if run_id is None:
+        return gr.update()
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    with _STOP_LOCK:
+        final = _FINAL.get(run_id)
+        if final is None:
+            _WAITERS[run_id].append((loop, future))
+    if final is None:
+        try:
+            final = await asyncio.wait_for(future, STOP_WAIT_S)
+        except asyncio.TimeoutError:
+            with _STOP_LOCK:
+                if (loop, future) in _WAITERS.get(run_id, []):
+                    _WAITERS[run_id].remove((loop, future))
+            return gr.update()
+    with _STOP_LOCK:
+        if _LATEST.get(_session(request), run_id) != run_id:
+            return gr.update()
+    return final
+
+
+def stopping_status(hist=None):
+    """The status between Stop and the end of the run's current chunk."""
+    where = ""
+    if hist and hist.get("done"):
+        scale = 1 if hist["task"] == "token reversal" else T.BANDIT_EVAL_EVERY
+        where = f" (at {hist['done'] * scale} / {hist['total'] * scale} {hist['unit']}s)"
+    return f"**stopping** after the current chunk{where}…"
 
 
 def stopped_status(hist=None):
@@ -265,6 +328,7 @@ def build_app() -> gr.Blocks:
 
         with gr.Tab("Live training", id="training"):
             hist_state = gr.State(None)  # this session's last run (for the episode scrubber)
+            stop_id = gr.State(None)  # the run a Stop click asked to end (for await_stopped)
             with gr.Row():
                 with gr.Column(scale=1, min_width=280):
                     task = gr.Radio(list(T.TASKS), value=default_task, label="task", elem_id="train-task")
@@ -294,7 +358,9 @@ def build_app() -> gr.Blocks:
                         stop = gr.Button("Stop", variant="stop", elem_id="train-stop")
                     gr.Markdown("Single-sample methods (PPO, PG, DG) are interaction-matched: B·K prompts and "
                                 "lr·√K. A new configuration compiles once (≈ 1–10 s on a CPU); the default one "
-                                "is compiled at startup. Two runs train at a time; others wait in the queue.")
+                                "is compiled at startup. Two runs train at a time; others wait in the queue. "
+                                "Stop ends a run after its current chunk; Train pressed while a run is going "
+                                "starts the new run when that one ends.")
                 with gr.Column(scale=3):
                     status = gr.Markdown(f"Press **Train**: {' and '.join(M.REGISTRY[m].title for m in T.DEFAULTS['methods'])}"
                                          f" learn the {default_task} side by side.", elem_id="train-status")
@@ -313,8 +379,12 @@ def build_app() -> gr.Blocks:
             run = start.click(train, inputs=[task, methods, reward, h, b, tk, teta, episodes, n_seeds, tseed, steps],
                               outputs=[status, err_plot, grad_plot, zero_plot, pq_plot, hist_state, episode],
                               api_name="train", concurrency_limit=TRAINING_CONCURRENCY, concurrency_id="training",
-                              show_progress="minimal", show_progress_on=[status])
-            stop.click(stop_run, hist_state, status, api_visibility="private", concurrency_id="explorer")
+                              show_progress="minimal", show_progress_on=[status],
+                              trigger_mode="always_last")  # Train pressed while a run ends: the next run waits
+            stopping = stop.click(stop_run, hist_state, [status, stop_id], api_visibility="private",
+                                  concurrency_id="explorer")
+            stopping.then(await_stopped, stop_id, status, api_visibility="private", concurrency_limit=None,
+                          show_progress="hidden")
             episode.release(show_episode, inputs=[hist_state, episode], outputs=pq_plot, api_visibility="private",
                             show_progress="hidden", concurrency_id="explorer")
 

@@ -338,17 +338,72 @@ def test_stop_status_says_where_the_run_stopped():
 
 
 def test_stop_ends_the_running_generator_at_its_next_chunk_with_a_stopped_status():
+    import asyncio
+
     class Request:
         session_hash = "session-a"
 
     gen = app.train(*_train_args(episodes=40), request=Request())
     first = next(gen)
     assert app.request_stop("session-b") is False            # another session has nothing running
-    status = app.stop_run(first[5], request=Request())
-    assert status.startswith("**stopped**")
+    status, run_id = app.stop_run(first[5], request=Request())
+    assert status.startswith("**stopping** after the current chunk"), status  # not "stopped": the chunk still runs
     rest = list(gen)                                         # one more update, then the generator ends
     assert len(rest) == 1 and rest[0][0].startswith("**stopped** at"), [r[0] for r in rest]
     assert rest[0][5]["done"] < rest[0][5]["total"]
+    # Stop's follow-up event writes the status the run ended with, so "stopping" cannot be the last word
+    assert asyncio.run(app.await_stopped(run_id, Request())) == rest[0][0]
     assert app.request_stop("session-a") is False            # nothing left running in that session
+    assert app.stop_run(rest[0][5], request=Request()) == (gr.update(), None)  # nothing running: status kept
+    assert asyncio.run(app.await_stopped(None)) == gr.update()
     *_, last = app.train(*_train_args(), request=Request())  # the next run is not stopped by the old request
     assert "stopped" not in last[0]
+
+
+def test_stop_just_as_the_run_finishes_ends_on_the_runs_own_status():
+    """Stop pressed after the last chunk's check: the run ends "done", and the follow-up says so, not "stopping"."""
+    import asyncio
+
+    class Request:
+        session_hash = "session-c"
+
+    gen = app.train(*_train_args(), request=Request())
+    outs = [next(gen)]
+    for out in gen:
+        outs.append(out)
+        if out[5]["done"] == out[5]["total"]:
+            break
+    status, run_id = app.stop_run(outs[-1][5], request=Request())  # flagged after the last check
+    assert status.startswith("**stopping**") and run_id is not None
+    assert list(gen) == []                                   # the generator ends without another update
+    assert asyncio.run(app.await_stopped(run_id, Request())) == outs[-1][0] and "done" in outs[-1][0]
+
+
+def test_stop_follow_up_waits_for_the_run_and_yields_to_a_newer_one():
+    """await_stopped wakes when the run ends (not before), and writes nothing once the session has started a
+    newer run (Train pressed right after Stop), whose own updates must not be overwritten."""
+    import asyncio
+
+    class Request:
+        session_hash = "session-d"
+
+    async def scenario():
+        gen = app.train(*_train_args(episodes=40), request=Request())
+        first = await asyncio.to_thread(next, gen)
+        _, run_id = app.stop_run(first[5], request=Request())
+        waiting = asyncio.ensure_future(app.await_stopped(run_id, Request()))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()                            # the run has not reached its next chunk's check
+        rest = await asyncio.to_thread(list, gen)
+        assert await asyncio.wait_for(waiting, 10) == rest[-1][0]
+        # Stop, then a newer run in the same session before the follow-up looks: the follow-up keeps quiet
+        gen = app.train(*_train_args(episodes=40), request=Request())
+        first = await asyncio.to_thread(next, gen)
+        _, run_id = app.stop_run(first[5], request=Request())
+        await asyncio.to_thread(list, gen)
+        newer = app.train(*_train_args(), request=Request())
+        await asyncio.to_thread(next, newer)
+        assert await app.await_stopped(run_id, Request()) == gr.update()
+        await asyncio.to_thread(list, newer)
+
+    asyncio.run(scenario())

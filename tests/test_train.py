@@ -306,12 +306,20 @@ def test_changing_knobs_or_seeds_at_a_compiled_shape_does_not_compile():
 def test_an_eta_sweep_is_one_program_equal_to_separate_runs():
     etas = [0.25, 0.5, 1.0, 2.0, 4.0]
     cfg = TokenConfig(method="tpo", **dict(TINY, episodes=3))
-    swept = train_tokens(cfg, seeds=(0, 1), sweep={"eta": etas})
+    # Seeds 0 and 2: every episode has an informative group, so every update follows a real gradient. (Seed 1's
+    # first episodes are all-fail: their gradient is rounding noise, 0 in one program and ~1e-9 in the other, and
+    # Muon normalises the noise into a step whose direction is those last bits, so the two runs part ways after
+    # it; that is the optimizer's behaviour, not the sweep's, and CI saw it as a 2.2e-4 difference.)
+    swept = train_tokens(cfg, seeds=(0, 2), sweep={"eta": etas})
     assert swept["loss"].shape == (5, 2, 3)
+    assert np.all(swept["zero_var_frac"] < 1), swept["zero_var_frac"]
     for i, eta in enumerate(etas):
-        alone = train_tokens(cfg.replace(eta=eta), seeds=(0, 1))
+        alone = train_tokens(cfg.replace(eta=eta), seeds=(0, 2))
         for k in ("error", "loss", "grad_norm", "success_mass"):
             np.testing.assert_allclose(swept[k][i], alone[k], rtol=2e-4, atol=2e-6, err_msg=f"{k} at eta={eta}")
+    loss = swept["loss"]  # [η, seed, episode]: a neighbouring η or another seed lies far outside that tolerance
+    for a, b in ((loss[0, 0], loss[1, 0]), (loss[3, 0], loss[4, 0]), (loss[2, 0], loss[2, 1])):
+        assert np.max(np.abs(a - b) / np.abs(b)) > 10 * 2e-4
     assert not np.allclose(swept["success_mass"][0], swept["success_mass"][-1])  # η changes q
     with pytest.raises(ValueError, match="eta"):
         train_tokens(cfg, sweep={"eta": [1.0, -1.0]})
@@ -360,20 +368,16 @@ def test_runs_in_batches_equal_all_runs_vmapped():
     """run_batch=b advances b runs at a time (lax.map over batches) inside one program: the same per-run numbers
     as vmapping every run at once, for seeds and sweep points alike, with a ragged last batch."""
     cfg = TokenConfig(method="tpo", **dict(TINY, episodes=2))
-    together = train_tokens(cfg, seeds=(0, 1, 2), sweep={"eta": [0.5, 2.0]})
+    seeds = (0, 2, 3)  # every episode informative (seed 1's all-fail start: see the η-sweep test above)
+    together = train_tokens(cfg, seeds=seeds, sweep={"eta": [0.5, 2.0]})
+    assert np.all(together["zero_var_frac"] < 1), together["zero_var_frac"]
     for run_batch in (1, 4):  # 6 runs: six batches of one; a batch of four and a ragged one of two
-        batched = train_tokens(cfg, seeds=(0, 1, 2), sweep={"eta": [0.5, 2.0]}, run_batch=run_batch)
+        batched = train_tokens(cfg, seeds=seeds, sweep={"eta": [0.5, 2.0]}, run_batch=run_batch)
         for k in ("error", "loss", "grad_norm", "success_mass"):
-            # The first episode to float tolerance. After its updates the two programs' parameters differ in the
-            # last bits (batched and unbatched products sum in different orders), and Muon/Adam turn a near-zero
-            # gradient component into a full-size step in whatever direction those bits give, so a later episode
-            # can move by ~1e-4 relative (2.2e-4 seen in CI); 2e-3 still separates every seed and η (below).
-            np.testing.assert_allclose(batched[k][..., 0], together[k][..., 0], rtol=2e-4, atol=2e-6,
-                                       err_msg=f"{k}, {run_batch}, first episode")
-            np.testing.assert_allclose(batched[k], together[k], rtol=2e-3, atol=2e-5, err_msg=f"{k}, {run_batch}")
+            np.testing.assert_allclose(batched[k], together[k], rtol=2e-4, atol=2e-6, err_msg=f"{k}, {run_batch}")
     loss = together["loss"]  # [η, seed, episode]
     for a, b in ((loss[0, 0], loss[0, 1]), (loss[0, 1], loss[0, 2]), (loss[0, 0], loss[1, 0])):
-        assert np.max(np.abs(a - b) / np.abs(b)) > 10 * 2e-3  # another seed or η is far outside the tolerance
+        assert np.max(np.abs(a - b) / np.abs(b)) > 10 * 2e-4  # another seed or η is far outside the tolerance
     assert make_token_program(cfg, 1).chunk is not make_token_program(cfg).chunk
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="run_batch"):
