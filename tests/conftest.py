@@ -130,9 +130,13 @@ def chromium_path():
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_path):
-    """A headless Playwright Chromium (the system one; never `playwright install`)."""
+    """A headless Playwright Chromium (the system one; never `playwright install`), one per test module.
+
+    Not session-scoped: Playwright's sync API keeps an asyncio event loop running in the main thread for as long as
+    it is open, and a test that later calls `asyncio.run` in the same worker (tests/test_demo_callbacks.py) then
+    fails with "cannot be called from a running event loop"; closing it with its module ends that loop."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
