@@ -374,22 +374,32 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     assert "paper-h10" in listing.stdout
 
 
+# The CLI in a child process that sends itself a real SIGINT right after its first run file is written (so the
+# interruption lands between runs on every machine, not after a timing guess: polling for the first file and then
+# signalling raced the remaining smoke runs, which can finish in well under a second with a warm compile cache).
+_INTERRUPT_AFTER_FIRST_FILE = """
+import os, signal, sys
+from tpo_core import cli
+from tpo_core.reproduce import runner
+write = runner.write_run_file
+def write_then_interrupt(*args, **kwargs):
+    write(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGINT)
+runner.write_run_file = write_then_interrupt
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
 def test_cli_interrupted_run_leaves_no_partial_file_and_resumes(tmp_path):
     out = tmp_path / "mnist"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "tpo_core", "reproduce", "mnist", "--budget", "smoke",
-                             "--out", str(out), "--quiet"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while time.time() < deadline and not list(out.glob("*.npz")) and proc.poll() is None:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    if proc.returncode == 0:
-        pytest.skip("the run finished before it could be interrupted")
-    assert proc.returncode == 130, err
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPT_AFTER_FIRST_FILE, "reproduce", "mnist", "--budget",
+                           "smoke", "--out", str(out), "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1:] == ["interrupted"], proc.stderr
     finished = sorted(p.name for p in out.glob("*.npz"))
-    assert finished and not (out / "summary.json").exists()
+    assert len(finished) == 1 and not (out / "summary.json").exists()          # the first run kept, nothing after
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]          # no half-written file
     r = _cli("reproduce", "mnist", "--budget", "smoke", "--out", str(out), "--quiet")
     assert r.returncode == 0, r.stderr
@@ -414,6 +424,19 @@ def build(budget):
             for m in ("tpo", "grpo")], "tiny, one seed at a time"
 
 presets._register(Preset("tiny", "tiny", "claim", ("final_error",), build, lambda l, m: None, "none"))
+if sys.argv[2:] == ["kill"]:  # SIGKILL itself mid-way through the third seed: two seed files and a checkpoint on disk
+    import os, signal
+    from tpo_core.reproduce import runner
+    written, saves, write, save = [], [], runner.write_run_file, runner.save_checkpoint
+    def write_and_count(*args, **kwargs):
+        write(*args, **kwargs)
+        written.append(args[0])
+    def save_then_kill(*args, **kwargs):
+        save(*args, **kwargs)
+        saves.append(len(written))
+        if saves.count(2) == 3:   # the third job's third chunk: its checkpoint is written
+            os.kill(os.getpid(), signal.SIGKILL)
+    runner.write_run_file, runner.save_checkpoint = write_and_count, save_then_kill
 run_preset("tiny", "smoke", sys.argv[1], chunk=4, progress=False)
 print("DONE")
 """
@@ -425,16 +448,12 @@ def test_a_killed_per_seed_run_resumes_without_losing_or_duplicating_a_seed(tmp_
                            capture_output=True, text=True, timeout=600)
     assert clean.returncode == 0 and "DONE" in clean.stdout, clean.stderr[-2000:]
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-c", TINY_PRESET, str(out)], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and len(list(out.glob("*.seeds/seed_*.npz"))) < 2:
-        time.sleep(0.05)
-    proc.kill()                                   # SIGKILL: no cleanup of any kind
-    proc.wait()
+    killed = subprocess.run([sys.executable, "-c", TINY_PRESET, str(out), "kill"], env=env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]        # no cleanup of any kind
     done_before = sorted(str(p.relative_to(out)) for p in out.glob("*.seeds/seed_*.npz"))
-    if len(done_before) == 6:
-        pytest.skip("the run finished before it could be killed")
+    assert done_before == ["grpo_H_3.seeds/seed_0.npz", "tpo_H_3.seeds/seed_0.npz"]
+    assert len(list((out / ".checkpoints").glob("*.npz"))) == 1               # the third seed's, at 12 of 40
     # nothing half-written survives: every result or checkpoint file is complete (a SIGKILL during a write
     # can leave only the writer's hidden temporary file, which no reader opens and the resume removes)
     for p in out.rglob("*.npz"):
@@ -443,6 +462,7 @@ def test_a_killed_per_seed_run_resumes_without_losing_or_duplicating_a_seed(tmp_
     again = subprocess.run([sys.executable, "-c", TINY_PRESET, str(out)], env=env, cwd=ROOT,
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
+    assert "at 12/40" in again.stderr, again.stderr[-2000:]                  # the third seed went on from its checkpoint
     files = sorted(str(p.relative_to(out)) for p in out.glob("*.seeds/seed_*.npz"))
     assert files == sorted(f"{m}_H_3.seeds/seed_{s}.npz" for m in ("tpo", "grpo") for s in range(3))
     for f in files:                               # the resumed seeds are the seeds an uninterrupted run trains
