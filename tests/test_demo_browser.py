@@ -89,14 +89,25 @@ def test_slider_and_live_training(server, page, screenshots_dir):
     names = page.evaluate("""() => document.querySelector('#train-grad .js-plotly-plot')._fullData
         .map(t => t.name).filter(n => n && n.includes('‖'))""")
     assert set(names) == {"TPO ‖∇L‖", "TPO ‖Δθ‖", "GRPO ‖∇L‖", "GRPO ‖Δθ‖"}
-    if "done" in page.locator("#train-status").inner_text():  # a fast machine finished: start again to stop it
+    if "done" in page.locator("#train-status").inner_text():
+        # a fast machine (or the small digits fallback on a clone without MNIST) finished: start the longest run
+        # the page allows, and stop it once it has made progress (a 3-second wait once let it finish first)
+        steps = page.locator("#train-steps input")
+        steps.fill("10000")
+        steps.press("Tab")
         page.locator("#train-start").click()
-        page.wait_for_timeout(3000)
+        page.wait_for_function(
+            "() => /[1-9]\\d* \\/ 10,?000 steps/.test(document.querySelector('#train-status').innerText)",
+            timeout=300_000)
     page.locator("#train-stop").click()
     # Stop says "stopping" at once; the run's own last update says "stopped" when its current chunk has ended
     # (a chunk is one compiled call: on a busy CPU that can take seconds)
-    page.wait_for_function("() => document.querySelector('#train-status').innerText.includes('stopped')",
-                           timeout=120_000)
+    try:
+        page.wait_for_function("() => document.querySelector('#train-status').innerText.includes('stopped')",
+                               timeout=120_000)
+    except Exception:
+        page.screenshot(path=str(out / "stop_timeout.png"), full_page=True)
+        raise AssertionError(f"no 'stopped' status; status: {page.locator('#train-status').inner_text()!r}")
     page.wait_for_timeout(2000)  # a late chunk or an error badge would show by now
     assert "stopped" in page.locator("#train-status").inner_text()
     if not page.evaluate(NO_ERROR_BADGE):

@@ -379,6 +379,7 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
 # signalling raced the remaining smoke runs, which can finish in well under a second with a warm compile cache).
 _INTERRUPT_AFTER_FIRST_FILE = """
 import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal: a background job inherits SIGINT ignored
 from tpo_core import cli
 from tpo_core.reproduce import runner
 write = runner.write_run_file
