@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -428,14 +427,14 @@ presets._register(Preset("tiny", "tiny", "claim", ("final_error",), build, lambd
 if sys.argv[2:] == ["kill"]:  # SIGKILL itself mid-way through the third seed: two seed files and a checkpoint on disk
     import os, signal
     from tpo_core.reproduce import runner
-    written, saves, write, save = [], [], runner.write_run_file, runner.save_checkpoint
+    count, write, save = {"files": 0, "saves": 0}, runner.write_run_file, runner.save_checkpoint
     def write_and_count(*args, **kwargs):
         write(*args, **kwargs)
-        written.append(args[0])
+        count["files"] += 1
     def save_then_kill(*args, **kwargs):
         save(*args, **kwargs)
-        saves.append(len(written))
-        if saves.count(2) == 3:   # the third job's third chunk: its checkpoint is written
+        count["saves"] += count["files"] == 2
+        if count["saves"] == 3:   # the third job's third chunk: its checkpoint is written
             os.kill(os.getpid(), signal.SIGKILL)
     runner.write_run_file, runner.save_checkpoint = write_and_count, save_then_kill
 run_preset("tiny", "smoke", sys.argv[1], chunk=4, progress=False)
