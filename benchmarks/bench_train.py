@@ -3,11 +3,16 @@ steady-state seconds per episode for 1 and 8 vmapped seeds, a 5-value Î· sweep Ã
 profile of where one episode's time goes (sampling, the training forward/backward, the optimizer).
 
 Usage: python benchmarks/bench_train.py [--episodes 20] [--seeds 1 8] [--run-batch 1 2] [--method tpo] [--no-profile]
-       [--ops]
+       [--ops] [--compile [--opt-levels 3 1]]
 Compile time = first chunk minus one steady chunk. Every timing blocks on its outputs.
 ``--ops`` also traces one steady chunk of the fused program (XLA's own per-kernel timings, through
 ``jax.profiler``) and sums kernel time by phase of the episode (the named scopes of ``tpo_core.train``) and by
 kind of kernel (matrix products, layout copies, other fusions).
+``--compile`` splits one cold compile of the 1-seed program into its stages (the init program, tracing,
+lowering, and XLA's own stages from the profiler: HLO passes, LLVM code generation of the fused kernels,
+thunk emission), then compiles the same lowered program at each of ``--opt-levels`` (XLA's
+``xla_backend_optimization_level``, the LLVM level; 3 is XLA's default and what ``tpo_core`` uses; every other
+option at XLA's CPU default, whatever XLA_FLAGS says) and times their steady chunks interleaved.
 """
 import argparse
 import collections
@@ -23,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from tpo_core import runtime
 from tpo_core.config import TokenConfig
 from tpo_core.train import make_token_program
 
@@ -162,6 +168,76 @@ def op_profile(cfg: TokenConfig, episodes: int = 2):
         print(f"  {title}: " + "; ".join(f"{k} {v:.3f} s ({100 * v / total:.0f} %)" for k, v in table.most_common()))
 
 
+# XLA's compile stages, as the profiler names them (jaxlib 0.10.2); a name missing from the trace prints "n/a".
+COMPILE_STAGES = (("HLO passes before layout assignment", "HLO passes through layout assignment (jit_chunk)"),
+                  ("HLO passes after layout assignment", "HLO passes after layout assignment (jit_chunk)"),
+                  ("LLVM code generation of the fused kernels", "Codegen"),
+                  ("thunk emission", "ThunkEmitter::EmitEntryComputation"),
+                  ("XLA's whole compile", "PjRtCpuClient::Compile"))
+
+
+def _xla_options(level: int) -> dict:
+    """XLA's CPU defaults but for the LLVM level, whatever XLA_FLAGS says (the test suite sets faster ones)."""
+    return {"xla_backend_optimization_level": level, "xla_cpu_use_fusion_emitters": True}
+
+
+def _timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def compile_profile(cfg: TokenConfig, levels=(3, 1), episodes: int = 5, rounds: int = 6):
+    """Where one cold compile goes, and what the LLVM optimisation level trades (see the module docstring)."""
+    runtime.release_compiled(force=True)  # cold: forget the programs the timings above compiled
+    cache_was = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)  # and never read a persistent cache
+    try:
+        _compile_profile(cfg, levels, episodes, rounds)
+    finally:
+        jax.config.update("jax_enable_compilation_cache", cache_was)
+
+
+def _compile_profile(cfg, levels, episodes, rounds):
+    program = make_token_program(cfg)
+    carry, t_init = _timed(lambda: jax.block_until_ready(program.init([0])))
+    traced, t_trace = _timed(lambda: program.chunk.trace(carry, 0, episodes))
+    lowered, t_lower = _timed(traced.lower)
+    first = levels[0]
+    with tempfile.TemporaryDirectory() as d:
+        with jax.profiler.trace(d):
+            compiled, t_compile = _timed(lambda: lowered.compile(_xla_options(first)))
+        trace = json.load(gzip.open(glob.glob(os.path.join(d, "**", "*.trace.json.gz"), recursive=True)[0]))
+    spans, counts = collections.Counter(), collections.Counter()
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X":
+            spans[e["name"]] += e["dur"] / 1e6
+            counts[e["name"]] += 1
+    print(f"cold compile of the 1-seed program: init program (compile + run) {t_init:.2f} s, trace {t_trace:.2f} s, "
+          f"lower {t_lower:.2f} s, compile at xla_backend_optimization_level={first} {t_compile:.2f} s; "
+          f"inside XLA's compile:", flush=True)
+    for title, name in COMPILE_STAGES:
+        print(f"  {title}: " + (f"{spans[name]:.2f} s" if name in spans else "n/a (no such span in the trace)"),
+              flush=True)
+    print(f"  fused kernels compiled by LLVM: {counts.get('FusionCompiler::Compile', 'n/a')}", flush=True)
+    programs = {first: compiled}
+    print(f"  xla_backend_optimization_level={first}: compile {t_compile:.2f} s", flush=True)
+    for level in levels[1:]:
+        programs[level], t = _timed(lambda: lowered.compile(_xla_options(level)))
+        print(f"  xla_backend_optimization_level={level}: compile {t:.2f} s", flush=True)
+    times, metrics = collections.defaultdict(list), {}
+    for _ in range(rounds):  # interleaved, so both levels see the same moments of a noisy host
+        for level, c in programs.items():
+            (_, metrics[level]), t = _timed(lambda: jax.block_until_ready(c(carry, 0)))
+            times[level].append(t / episodes)
+    for level, v in times.items():
+        v = sorted(v)
+        diff = max(float(jnp.max(jnp.abs(jnp.asarray(a, jnp.float32) - jnp.asarray(b, jnp.float32))))
+                   for a, b in zip(jax.tree.leaves(metrics[first]), jax.tree.leaves(metrics[level])))
+        print(f"  xla_backend_optimization_level={level}: {v[0]:.3f} s/episode best, {v[len(v) // 2]:.3f} median "
+              f"of {rounds} chunks of {episodes}; largest metric difference from level {first}: {diff:.2g}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--episodes", type=int, default=20)
@@ -173,6 +249,9 @@ def main():
     ap.add_argument("--run-batch", type=int, nargs="*", default=[1, 2],
                     help="also time several runs with this many vmapped at a time (lax.map over the batches)")
     ap.add_argument("--ops", action="store_true", help="trace the fused episode's kernels (see above)")
+    ap.add_argument("--compile", action="store_true", help="split a cold compile into stages; A/B --opt-levels")
+    ap.add_argument("--opt-levels", type=int, nargs="+", default=[3, 1], choices=range(4),
+                    help="XLA backend (LLVM) optimisation levels that --compile compares (default: 3 1)")
     args = ap.parse_args()
     if args.ops:  # before the backend starts: XLA's CPU runtime reports per-kernel times to the profiler
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true").strip()
@@ -197,6 +276,8 @@ def main():
         profile(cfg)
     if args.ops:
         op_profile(cfg)
+    if args.compile:
+        compile_profile(cfg, args.opt_levels)
 
 
 if __name__ == "__main__":

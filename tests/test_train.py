@@ -338,11 +338,20 @@ def test_step_norm_stays_normal_size_on_an_all_fail_batch():
     np.testing.assert_allclose(fail["update_norm"], fail["step_norm"], rtol=1e-5)  # one epoch: one step
 
 
+def _bench_train():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_train.py"
+    spec = importlib.util.spec_from_file_location("bench_train", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
 def test_the_compiled_episode_labels_its_phases_for_the_op_profile():
     """benchmarks/bench_train.py --ops sums XLA's kernel times by the named scopes of the episode: every phase
     must reach the optimized program, and the benchmark's mapping must give every instruction a phase."""
-    import importlib.util
-    import pathlib
     import re
 
     cfg = TokenConfig(method="tpo", **TINY)
@@ -352,16 +361,35 @@ def test_the_compiled_episode_labels_its_phases_for_the_op_profile():
     names = set(re.findall(r'op_name="([^"]*)"', hlo))
     for phase in ("sampling", "forward_backward", "optimizer", "metrics"):
         assert any(f"/{phase}/" in n for n in names), f"no operation of the compiled episode is labelled {phase}"
-    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_train.py"
-    spec = importlib.util.spec_from_file_location("bench_train", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_train()
     phases = bench._phases_of_instructions(hlo)
     instructions = set(re.findall(r"^\s*(?:ROOT )?%?([\w.\-]+) = ", hlo, re.M))
     assert instructions <= set(phases)
     assert set(phases.values()) >= {"sampling", "forward_backward", "optimizer", "metrics"}
     assert bench.kernel_kind("ynn_fusion.12") == "matrix products"
     assert bench.kernel_kind("copy_bitcast_fusion.3") == "layout copies / transposes"
+
+
+def test_the_compile_profile_finds_every_stage_of_xla_and_leaves_the_cache_setting_alone(capsys):
+    """benchmarks/bench_train.py --compile reads XLA's compile stages from the profiler by name: each must be
+    found in a cold compile (a renamed span would print "n/a"), the stages are parts of the whole, LLVM compiled
+    some kernels, both optimisation levels compile and run, and the persistent-cache setting is restored."""
+    import re
+
+    bench = _bench_train()
+    before = jax.config.jax_enable_compilation_cache
+    bench.compile_profile(TokenConfig(method="tpo", **TINY), levels=(3, 1), episodes=1, rounds=1)
+    out = capsys.readouterr().out
+    assert jax.config.jax_enable_compilation_cache == before
+    assert "n/a" not in out, out
+    stage = {title: float(re.search(rf"  {re.escape(title)}: ([\d.]+) s", out).group(1))
+             for title, _ in bench.COMPILE_STAGES}
+    whole = stage.pop("XLA's whole compile")
+    assert 0 < sum(stage.values()) <= whole + 0.01, (stage, whole)
+    assert int(re.search(r"fused kernels compiled by LLVM: (\d+)", out).group(1)) > 0
+    for level in (3, 1):
+        assert re.search(rf"xla_backend_optimization_level={level}: compile [\d.]+ s", out)
+        assert re.search(rf"xla_backend_optimization_level={level}: [\d.]+ s/episode best", out)
 
 
 def test_runs_in_batches_equal_all_runs_vmapped():
