@@ -137,6 +137,14 @@ def _phases_of_instructions(hlo: str) -> dict:
     return phases
 
 
+def _trace_events(directory: str, suffix: str) -> list:
+    """The events of the profiler trace file ending in ``suffix`` that ``jax.profiler.trace`` wrote under
+    ``directory``."""
+    path = glob.glob(os.path.join(directory, "**", f"*{suffix}"), recursive=True)[0]
+    trace = json.load(gzip.open(path))
+    return trace["traceEvents"] if isinstance(trace, dict) else trace
+
+
 def op_profile(cfg: TokenConfig, episodes: int = 2):
     """Per-kernel times of the fused episode, from one traced steady chunk (one seed). The chunk is short: the
     profiler's event buffer drops kernels of longer traces (10 episodes lost about 40 % of them here)."""
@@ -152,8 +160,7 @@ def op_profile(cfg: TokenConfig, episodes: int = 2):
             carry, m = program.chunk(carry, episodes, episodes)
             jax.block_until_ready(m)
         wall = time.perf_counter() - t0
-        trace = json.load(gzip.open(glob.glob(os.path.join(d, "**", "*perfetto_trace.json.gz"), recursive=True)[0]))
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+        events = _trace_events(d, "perfetto_trace.json.gz")
     by_phase, by_kind = collections.Counter(), collections.Counter()
     for e in events:
         name = e.get("name", "")
@@ -207,9 +214,9 @@ def _compile_profile(cfg, levels, episodes, rounds):
     with tempfile.TemporaryDirectory() as d:
         with jax.profiler.trace(d):
             compiled, t_compile = _timed(lambda: lowered.compile(_xla_options(first)))
-        trace = json.load(gzip.open(glob.glob(os.path.join(d, "**", "*.trace.json.gz"), recursive=True)[0]))
+        events = _trace_events(d, ".trace.json.gz")
     spans, counts = collections.Counter(), collections.Counter()
-    for e in trace["traceEvents"]:
+    for e in events:
         if e.get("ph") == "X":
             spans[e["name"]] += e["dur"] / 1e6
             counts[e["name"]] += 1
