@@ -280,6 +280,44 @@ def test_release_compiled_frees_the_memory_maps_of_compiled_programs():
     np.testing.assert_array_equal(first["loss"], again["loss"])
 
 
+def _key_free(tree):
+    return [np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+            for x in jax.tree.leaves(tree)]
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the init programs' LLVM level is a CPU setting")
+def test_init_programs_compiled_for_compile_speed_give_the_default_levels_bits():
+    """The init program is compiled at LLVM level 1 (it runs once); its parameters and optimizer state must be
+    bit-identical to XLA's default level 3, for the paper's Transformer (Table-3 size) and the MNIST MLP."""
+    from tpo_core.config import BanditConfig
+    from tpo_core.mnist import Dataset
+    from tpo_core.train import make_bandit_program
+
+    rng = np.random.default_rng(0)
+    images = Dataset(rng.random((32, 784), np.float32), rng.integers(0, 10, 32, np.int32),
+                     rng.random((8, 784), np.float32), rng.integers(0, 10, 8, np.int32), "synthetic")
+    programs = [make_token_program(TokenConfig(method="tpo", H=10)),
+                make_bandit_program(BanditConfig(method="tpo"), images)]
+    emitters = {"xla_cpu_use_fusion_emitters": True}  # XLA's CPU default (the suite's flags turn it off)
+    for program in programs:
+        keys = runtime.seed_keys([0, 1, 2])
+        knobs = {k: jnp.full((3,), v, jnp.float32) for k, v in program.knobs.items()}
+        lowered = program.init_runs.lower(keys, knobs)
+        fast = lowered.compile({**runtime.INIT_COMPILER_OPTIONS, **emitters})(keys, knobs)
+        default = lowered.compile({"xla_backend_optimization_level": 3, **emitters})(keys, knobs)
+        for a, b in zip(_key_free(fast), _key_free(default), strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert any(np.abs(a).max() > 0 for a in _key_free(fast))  # real parameters, not zeros
+
+
+def test_init_compiler_options_leave_an_explicit_xla_flag_alone(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    expected = runtime.INIT_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
+    assert runtime.init_compiler_options() == expected
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")  # e.g. the suite's fast-compile flags
+    assert runtime.init_compiler_options() is None
+
+
 def test_programs_are_keyed_on_shapes_not_on_knobs(monkeypatch):
     cfg = TokenConfig(method="tpo", **dict(TINY, H=5))
     same = make_token_program(cfg.replace(eta=0.3, lr=3e-3, beta=0.1, clip_eps=0.1, std_floor=0.01,

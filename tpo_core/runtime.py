@@ -72,6 +72,21 @@ def release_compiled(force: bool = False) -> bool:
     return True
 
 
+# The init program (parameters and optimizer state of every run) runs once per run, so how fast its code runs does
+# not matter, only how fast it compiles. On the CPU, LLVM at level 1 compiles it 1.8x faster for one run (1.27 vs
+# 2.28 s, Table-3 model) and 2.8x faster for eight vmapped runs (1.75 vs 4.88 s) than XLA's default level 3, and
+# its outputs are bit-identical to level 3's (tests/test_train.py checks it); level 0 is not (6e-8 apart).
+INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
+
+
+def init_compiler_options() -> dict | None:
+    """XLA options for an init program: :data:`INIT_COMPILER_OPTIONS` on the CPU, unless ``XLA_FLAGS`` already
+    chooses the LLVM level (the test suite's fast-compile flags); None (XLA's defaults) elsewhere."""
+    if jax.default_backend() != "cpu" or "xla_backend_optimization_level" in os.environ.get("XLA_FLAGS", ""):
+        return None
+    return dict(INIT_COMPILER_OPTIONS)
+
+
 def seed_keys(seeds: Sequence[int]):
     """One PRNG key per seed: seed s initialises from ``jax.random.key(s)`` (the paper's convention)."""
     return jnp.stack([jax.random.key(int(s)) for s in seeds])
