@@ -3,8 +3,8 @@ steady-state seconds per episode for 1 and 8 vmapped seeds, a 5-value Î· sweep Ã
 profile of where one episode's time goes (sampling, the training forward/backward, the optimizer).
 
 Usage: python benchmarks/bench_train.py [--episodes 20] [--seeds 1 8] [--run-batch 1 2] [--method tpo] [--no-profile]
-       [--ops] [--compile [--opt-levels 3 1]]
-Compile time = first chunk minus one steady chunk. Every timing blocks on its outputs.
+       [--ops] [--compile [--opt-levels 3 1]] [--startup]
+Compile time = first chunk minus one steady chunk (the init program included). Every timing blocks on its outputs.
 ``--ops`` also traces one steady chunk of the fused program (XLA's own per-kernel timings, through
 ``jax.profiler``) and sums kernel time by phase of the episode (the named scopes of ``tpo_core.train``) and by
 kind of kernel (matrix products, layout copies, other fusions).
@@ -13,6 +13,9 @@ lowering, and XLA's own stages from the profiler: HLO passes, LLVM code generati
 thunk emission), then compiles the same lowered program at each of ``--opt-levels`` (XLA's
 ``xla_backend_optimization_level``, the LLVM level; 3 is XLA's default and what ``tpo_core`` uses; every other
 option at XLA's CPU default, whatever XLA_FLAGS says) and times their steady chunks interleaved.
+``--startup`` times the compile of the 1-seed run in two fresh processes that share an empty persistent compile
+cache (``runtime.enable_compile_cache``, as the CLI, the demo and the book turn it on): the first compiles and
+writes the cache, the second loads the programs from it, which is what a later start at the same shape sees.
 """
 import argparse
 import collections
@@ -21,6 +24,8 @@ import gzip
 import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -245,7 +250,36 @@ def _compile_profile(cfg, levels, episodes, rounds):
               f"of {rounds} chunks of {episodes}; largest metric difference from level {first}: {diff:.2g}", flush=True)
 
 
+def startup_profile(fields: dict, episodes: int) -> list:
+    """[cold, from the cache]: each {"compile": s, "episode": s, "cache_files": n} of a 1-seed run of
+    ``TokenConfig(**fields)`` in a fresh process, both processes sharing one new persistent compile cache."""
+    runs = []
+    with tempfile.TemporaryDirectory() as cache:
+        for _ in range(2):
+            child = subprocess.run([sys.executable, os.path.abspath(__file__), "--startup-child",
+                                    json.dumps(dict(fields, episodes=episodes))],
+                                   env=dict(os.environ, TPO_JAX_CACHE=cache), capture_output=True, text=True)
+            if child.returncode:
+                raise RuntimeError(f"the --startup process failed:\n{child.stderr[-2000:]}")
+            run = json.loads(child.stdout.strip().splitlines()[-1])
+            run["cache_files"] = sum(len(f) for _, _, f in os.walk(cache))
+            runs.append(run)
+    return runs
+
+
+def _startup_child(fields: str):
+    runtime.enable_compile_cache()  # $TPO_JAX_CACHE, set by startup_profile
+    # every program into the cache, however fast it compiled (the product's threshold is 0.5 s, which every program
+    # of the Table-3 run passes; a small config's init program may not, and would then compile in both processes)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    cfg = TokenConfig(**json.loads(fields))
+    compile_s, per_ep = measure(cfg, [0], cfg.episodes)
+    print(json.dumps({"compile": compile_s, "episode": per_ep}))
+
+
 def main():
+    if sys.argv[1:2] == ["--startup-child"]:
+        return _startup_child(sys.argv[2])
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 8])
@@ -259,6 +293,8 @@ def main():
     ap.add_argument("--compile", action="store_true", help="split a cold compile into stages; A/B --opt-levels")
     ap.add_argument("--opt-levels", type=int, nargs="+", default=[3, 1], choices=range(4),
                     help="XLA backend (LLVM) optimisation levels that --compile compares (default: 3 1)")
+    ap.add_argument("--startup", action="store_true",
+                    help="compile of a 1-seed run in a fresh process: cold, then from the persistent cache")
     args = ap.parse_args()
     if args.ops:  # before the backend starts: XLA's CPU runtime reports per-kernel times to the profiler
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true").strip()
@@ -285,6 +321,11 @@ def main():
         op_profile(cfg)
     if args.compile:
         compile_profile(cfg, args.opt_levels)
+    if args.startup:
+        cold, cached = startup_profile(dict(method=args.method, H=args.H, track=2), args.episodes)
+        print(f"fresh process, 1 seed: compile {cold['compile']:.2f} s with an empty persistent cache "
+              f"({cold['cache_files']} files written), {cached['compile']:.2f} s in the next process reading it "
+              f"({cold['episode']:.3f} / {cached['episode']:.3f} s/episode)", flush=True)
 
 
 if __name__ == "__main__":

@@ -448,3 +448,14 @@ def test_runs_in_batches_equal_all_runs_vmapped():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="run_batch"):
             make_token_program(cfg, bad)
+
+
+def test_the_startup_profile_compiles_in_the_first_process_and_loads_in_the_second():
+    """benchmarks/bench_train.py --startup: two fresh processes share one new persistent compile cache; the first
+    writes the programs into it, the second loads them instead of compiling, so its compile figure drops."""
+    bench = _bench_train()
+    cold, cached = bench.startup_profile(dict(method="tpo", **dict(TINY, H=5)), episodes=2)
+    assert cold["cache_files"] > 0                              # the first process wrote its programs
+    assert cached["cache_files"] == cold["cache_files"]         # the second found them all: nothing new written
+    assert cached["compile"] < 0.5 * cold["compile"], (cold, cached)
+    assert cold["episode"] > 0 and cached["episode"] > 0
