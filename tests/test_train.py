@@ -288,7 +288,8 @@ def _key_free(tree):
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the init programs' LLVM level is a CPU setting")
 def test_init_programs_compiled_for_compile_speed_give_the_default_levels_bits():
     """The init program is compiled at LLVM level 1 (it runs once); its parameters and optimizer state must be
-    bit-identical to XLA's default level 3, for the paper's Transformer (Table-3 size) and the MNIST MLP."""
+    bit-identical to XLA's default level 3, for the paper's Transformer (Table-3 size), the presets' smoke model and
+    the MNIST MLP."""
     from tpo_core.config import BanditConfig
     from tpo_core.mnist import Dataset
     from tpo_core.train import make_bandit_program
@@ -296,7 +297,8 @@ def test_init_programs_compiled_for_compile_speed_give_the_default_levels_bits()
     rng = np.random.default_rng(0)
     images = Dataset(rng.random((32, 784), np.float32), rng.integers(0, 10, 32, np.int32),
                      rng.random((8, 784), np.float32), rng.integers(0, 10, 8, np.int32), "synthetic")
-    programs = [make_token_program(TokenConfig(method="tpo", H=10)),
+    programs = [make_token_program(TokenConfig(method="tpo", H=10)),       # the paper's Transformer, Table-3 size
+                make_token_program(TokenConfig(method="grpo", **SMOKE)),   # the presets' smoke model
                 make_bandit_program(BanditConfig(method="tpo"), images)]
     emitters = {"xla_cpu_use_fusion_emitters": True}  # XLA's CPU default (the suite's flags turn it off)
     for program in programs:
