@@ -73,9 +73,9 @@ def release_compiled(force: bool = False) -> bool:
 
 
 # The init program (parameters and optimizer state of every run) runs once per run, so how fast its code runs does
-# not matter, only how fast it compiles. On the CPU, LLVM at level 1 compiles it 1.8x faster for one run (1.27 vs
-# 2.28 s, Table-3 model) and 2.8x faster for eight vmapped runs (1.75 vs 4.88 s) than XLA's default level 3, and
-# its outputs are bit-identical to level 3's (tests/test_train.py checks it); level 0 is not (6e-8 apart).
+# not matter, only how fast it compiles. On the CPU, LLVM at level 1 compiles it faster than XLA's default level 3
+# (figures in README § Performance), and its outputs are bit-identical to level 3's (tests/test_train.py checks
+# it); level 0 is not.
 INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
 
 
