@@ -3,16 +3,17 @@ steady-state seconds per episode for 1 and 8 vmapped seeds, a 5-value Î· sweep Ã
 profile of where one episode's time goes (sampling, the training forward/backward, the optimizer).
 
 Usage: python benchmarks/bench_train.py [--episodes 20] [--seeds 1 8] [--run-batch 1 2] [--method tpo] [--no-profile]
-       [--ops] [--compile [--opt-levels 3 1]] [--startup]
+       [--ops] [--compile [--compare default tpo_core level1]] [--startup]
 Compile time = first chunk minus one steady chunk (the init program included). Every timing blocks on its outputs.
 ``--ops`` also traces one steady chunk of the fused program (XLA's own per-kernel timings, through
 ``jax.profiler``) and sums kernel time by phase of the episode (the named scopes of ``tpo_core.train``) and by
 kind of kernel (matrix products, layout copies, other fusions).
 ``--compile`` splits one cold compile of the 1-seed program into its stages (the init program, tracing,
 lowering, and XLA's own stages from the profiler: HLO passes, LLVM code generation of the fused kernels,
-thunk emission), then compiles the same lowered program at each of ``--opt-levels`` (XLA's
-``xla_backend_optimization_level``, the LLVM level; 3 is XLA's default and what ``tpo_core`` uses; every other
-option at XLA's CPU default, whatever XLA_FLAGS says) and times their steady chunks interleaved.
+thunk emission), then compiles the same lowered program with each of the ``--compare`` settings (``default``:
+XLA's CPU defaults; ``tpo_core``: what ``tpo_core`` uses on the CPU, ``runtime.CHUNK_COMPILER_OPTIONS``, XLA's
+fast-compile preset; ``level1``: LLVM at level 1 instead of 3; every option a setting does not name at XLA's CPU
+default, whatever XLA_FLAGS says) and times their steady chunks interleaved.
 ``--startup`` times the compile of the 1-seed run in two fresh processes that share an empty persistent compile
 cache (``runtime.enable_compile_cache``, as the CLI, the demo and the book turn it on): the first compiles and
 writes the cache, the second loads the programs from it, which is what a later start at the same shape sees.
@@ -188,9 +189,16 @@ COMPILE_STAGES = (("HLO passes before layout assignment", "HLO passes through la
                   ("XLA's whole compile", "PjRtCpuClient::Compile"))
 
 
-def _xla_options(level: int) -> dict:
-    """XLA's CPU defaults but for the LLVM level, whatever XLA_FLAGS says (the test suite sets faster ones)."""
-    return {"xla_backend_optimization_level": level, "xla_cpu_use_fusion_emitters": True}
+# Compile settings --compile compares: XLA's CPU defaults but for what each names, whatever XLA_FLAGS says (the test
+# suite sets faster ones).
+_XLA_DEFAULTS = {"xla_backend_optimization_level": 3, "xla_cpu_opt_preset": "CPU_OPT_PRESET_DEFAULT",
+                 "xla_cpu_use_fusion_emitters": True}
+COMPILE_SETTINGS = {"default": {}, "tpo_core": runtime.CHUNK_COMPILER_OPTIONS,
+                    "level1": {"xla_backend_optimization_level": 1}}
+
+
+def _xla_options(setting: str) -> dict:
+    return {**_XLA_DEFAULTS, **COMPILE_SETTINGS[setting]}
 
 
 def _timed(fn):
@@ -199,23 +207,23 @@ def _timed(fn):
     return out, time.perf_counter() - t
 
 
-def compile_profile(cfg: TokenConfig, levels=(3, 1), episodes: int = 5, rounds: int = 6):
-    """Where one cold compile goes, and what the LLVM optimisation level trades (see the module docstring)."""
+def compile_profile(cfg: TokenConfig, settings=("default", "tpo_core"), episodes: int = 5, rounds: int = 6):
+    """Where one cold compile goes, and what the compile settings trade (see the module docstring)."""
     runtime.release_compiled(force=True)  # cold: forget the programs the timings above compiled
     cache_was = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)  # and never read a persistent cache
     try:
-        _compile_profile(cfg, levels, episodes, rounds)
+        _compile_profile(cfg, settings, episodes, rounds)
     finally:
         jax.config.update("jax_enable_compilation_cache", cache_was)
 
 
-def _compile_profile(cfg, levels, episodes, rounds):
+def _compile_profile(cfg, settings, episodes, rounds):
     program = make_token_program(cfg)
     carry, t_init = _timed(lambda: jax.block_until_ready(program.init([0])))
     traced, t_trace = _timed(lambda: program.chunk.trace(carry, 0, episodes))
     lowered, t_lower = _timed(traced.lower)
-    first = levels[0]
+    first = settings[0]
     with tempfile.TemporaryDirectory() as d:
         with jax.profiler.trace(d):
             compiled, t_compile = _timed(lambda: lowered.compile(_xla_options(first)))
@@ -226,28 +234,28 @@ def _compile_profile(cfg, levels, episodes, rounds):
             spans[e["name"]] += e["dur"] / 1e6
             counts[e["name"]] += 1
     print(f"cold compile of the 1-seed program: init program (compile + run) {t_init:.2f} s, trace {t_trace:.2f} s, "
-          f"lower {t_lower:.2f} s, compile at xla_backend_optimization_level={first} {t_compile:.2f} s; "
+          f"lower {t_lower:.2f} s, compile with setting {first} {t_compile:.2f} s; "
           f"inside XLA's compile:", flush=True)
     for title, name in COMPILE_STAGES:
         print(f"  {title}: " + (f"{spans[name]:.2f} s" if name in spans else "n/a (no such span in the trace)"),
               flush=True)
     print(f"  fused kernels compiled by LLVM: {counts.get('FusionCompiler::Compile', 'n/a')}", flush=True)
     programs = {first: compiled}
-    print(f"  xla_backend_optimization_level={first}: compile {t_compile:.2f} s", flush=True)
-    for level in levels[1:]:
-        programs[level], t = _timed(lambda: lowered.compile(_xla_options(level)))
-        print(f"  xla_backend_optimization_level={level}: compile {t:.2f} s", flush=True)
+    print(f"  setting {first}: compile {t_compile:.2f} s", flush=True)
+    for setting in settings[1:]:
+        programs[setting], t = _timed(lambda: lowered.compile(_xla_options(setting)))
+        print(f"  setting {setting}: compile {t:.2f} s", flush=True)
     times, metrics = collections.defaultdict(list), {}
-    for _ in range(rounds):  # interleaved, so both levels see the same moments of a noisy host
-        for level, c in programs.items():
-            (_, metrics[level]), t = _timed(lambda: jax.block_until_ready(c(carry, 0)))
-            times[level].append(t / episodes)
-    for level, v in times.items():
+    for _ in range(rounds):  # interleaved, so every setting sees the same moments of a noisy host
+        for setting, c in programs.items():
+            (_, metrics[setting]), t = _timed(lambda: jax.block_until_ready(c(carry, 0)))
+            times[setting].append(t / episodes)
+    for setting, v in times.items():
         v = sorted(v)
         diff = max(float(jnp.max(jnp.abs(jnp.asarray(a, jnp.float32) - jnp.asarray(b, jnp.float32))))
-                   for a, b in zip(jax.tree.leaves(metrics[first]), jax.tree.leaves(metrics[level])))
-        print(f"  xla_backend_optimization_level={level}: {v[0]:.3f} s/episode best, {v[len(v) // 2]:.3f} median "
-              f"of {rounds} chunks of {episodes}; largest metric difference from level {first}: {diff:.2g}", flush=True)
+                   for a, b in zip(jax.tree.leaves(metrics[first]), jax.tree.leaves(metrics[setting])))
+        print(f"  setting {setting}: {v[0]:.3f} s/episode best, {v[len(v) // 2]:.3f} median of {rounds} chunks of "
+              f"{episodes}; largest metric difference from setting {first}: {diff:.2g}", flush=True)
 
 
 def startup_profile(fields: dict, episodes: int) -> list:
@@ -290,9 +298,9 @@ def main():
     ap.add_argument("--run-batch", type=int, nargs="*", default=[1, 2],
                     help="also time several runs with this many vmapped at a time (lax.map over the batches)")
     ap.add_argument("--ops", action="store_true", help="trace the fused episode's kernels (see above)")
-    ap.add_argument("--compile", action="store_true", help="split a cold compile into stages; A/B --opt-levels")
-    ap.add_argument("--opt-levels", type=int, nargs="+", default=[3, 1], choices=range(4),
-                    help="XLA backend (LLVM) optimisation levels that --compile compares (default: 3 1)")
+    ap.add_argument("--compile", action="store_true", help="split a cold compile into stages; A/B --compare")
+    ap.add_argument("--compare", nargs="+", default=["default", "tpo_core"], choices=list(COMPILE_SETTINGS),
+                    help="compile settings that --compile compares (default: default tpo_core)")
     ap.add_argument("--startup", action="store_true",
                     help="compile of a 1-seed run in a fresh process: cold, then from the persistent cache")
     args = ap.parse_args()
@@ -320,7 +328,7 @@ def main():
     if args.ops:
         op_profile(cfg)
     if args.compile:
-        compile_profile(cfg, args.opt_levels)
+        compile_profile(cfg, args.compare)
     if args.startup:
         cold, cached = startup_profile(dict(method=args.method, H=args.H, track=2), args.episodes)
         print(f"fresh process, 1 seed: compile {cold['compile']:.2f} s with an empty persistent cache "

@@ -287,8 +287,8 @@ def _key_free(tree):
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the init programs' LLVM level is a CPU setting")
 def test_init_programs_compiled_for_compile_speed_give_the_default_levels_bits():
-    """The init program is compiled at LLVM level 1 (it runs once); its parameters and optimizer state must be
-    bit-identical to XLA's default level 3, for the paper's Transformer (Table-3 size), the presets' smoke model and
+    """The init program is compiled at LLVM level 1 with the fast-compile preset (it runs once); its parameters and
+    optimizer state must be bit-identical to XLA's defaults (level 3, default preset), for the paper's Transformer (Table-3 size), the presets' smoke model and
     the MNIST MLP."""
     from tpo_core.config import BanditConfig
     from tpo_core.mnist import Dataset
@@ -306,7 +306,8 @@ def test_init_programs_compiled_for_compile_speed_give_the_default_levels_bits()
         knobs = {k: jnp.full((3,), v, jnp.float32) for k, v in program.knobs.items()}
         lowered = program.init_runs.lower(keys, knobs)
         fast = lowered.compile({**runtime.INIT_COMPILER_OPTIONS, **emitters})(keys, knobs)
-        default = lowered.compile({"xla_backend_optimization_level": 3, **emitters})(keys, knobs)
+        default = lowered.compile({"xla_backend_optimization_level": 3, "xla_cpu_opt_preset": "CPU_OPT_PRESET_DEFAULT",
+                                   **emitters})(keys, knobs)
         for a, b in zip(_key_free(fast), _key_free(default), strict=True):
             np.testing.assert_array_equal(a, b)
         assert any(np.abs(a).max() > 0 for a in _key_free(fast))  # real parameters, not zeros
@@ -413,12 +414,13 @@ def test_the_compiled_episode_labels_its_phases_for_the_op_profile():
 def test_the_compile_profile_finds_every_stage_of_xla_and_leaves_the_cache_setting_alone(capsys):
     """benchmarks/bench_train.py --compile reads XLA's compile stages from the profiler by name: each must be
     found in a cold compile (a renamed span would print "n/a"), the stages are parts of the whole, LLVM compiled
-    some kernels, both optimisation levels compile and run, and the persistent-cache setting is restored."""
+    some kernels, every compared setting compiles and runs, and the persistent-cache setting is restored."""
     import re
 
     bench = _bench_train()
     before = jax.config.jax_enable_compilation_cache
-    bench.compile_profile(TokenConfig(method="tpo", **TINY), levels=(3, 1), episodes=1, rounds=1)
+    bench.compile_profile(TokenConfig(method="tpo", **TINY), settings=("default", "tpo_core", "level1"), episodes=1,
+                          rounds=1)
     out = capsys.readouterr().out
     assert jax.config.jax_enable_compilation_cache == before
     assert "n/a" not in out, out
@@ -427,9 +429,9 @@ def test_the_compile_profile_finds_every_stage_of_xla_and_leaves_the_cache_setti
     whole = stage.pop("XLA's whole compile")
     assert 0 < sum(stage.values()) <= whole + 0.01, (stage, whole)
     assert int(re.search(r"fused kernels compiled by LLVM: (\d+)", out).group(1)) > 0
-    for level in (3, 1):
-        assert re.search(rf"xla_backend_optimization_level={level}: compile [\d.]+ s", out)
-        assert re.search(rf"xla_backend_optimization_level={level}: [\d.]+ s/episode best", out)
+    for setting in ("default", "tpo_core", "level1"):
+        assert re.search(rf"setting {setting}: compile [\d.]+ s", out)
+        assert re.search(rf"setting {setting}: [\d.]+ s/episode best", out)
 
 
 def test_runs_in_batches_equal_all_runs_vmapped():
@@ -462,3 +464,50 @@ def test_the_startup_profile_compiles_in_the_first_process_and_loads_in_the_seco
     assert cached["cache_files"] == cold["cache_files"]         # the second found them all: nothing new written
     assert cached["compile"] < cold["compile"], (cold, cached)
     assert cold["episode"] > 0 and cached["episode"] > 0
+
+
+def test_training_programs_compile_with_the_fast_compile_preset_and_agree_with_xla_defaults(monkeypatch):
+    """On the CPU the training programs compile with XLA's fast-compile preset (runtime.CHUNK_COMPILER_OPTIONS), unless
+    XLA_FLAGS chooses; two episodes' metrics agree with the same program compiled at XLA's defaults to float rounding,
+    for the Transformer (the presets' smoke size) and the MNIST MLP."""
+    from tpo_core import train
+    from tpo_core.mnist import Dataset
+    from tpo_core.train import make_bandit_program
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")  # sets neither the level nor the preset
+    expected = runtime.CHUNK_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
+    assert runtime.chunk_compiler_options() == expected
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_opt_preset=CPU_OPT_PRESET_DEFAULT")
+    assert runtime.chunk_compiler_options() is None and runtime.init_compiler_options() is None
+    monkeypatch.delenv("XLA_FLAGS")
+    if jax.default_backend() != "cpu":
+        pytest.skip("the preset is a CPU option; off the CPU the programs keep XLA's defaults")
+
+    rng = np.random.default_rng(0)
+    images = Dataset(rng.random((64, 784), np.float32), rng.integers(0, 10, 64, np.int32),
+                     rng.random((16, 784), np.float32), rng.integers(0, 10, 16, np.int32), "synthetic")
+    emitters = {"xla_cpu_use_fusion_emitters": True}  # XLA's CPU default (the suite's flags turn it off)
+    defaults = {"xla_cpu_opt_preset": "CPU_OPT_PRESET_DEFAULT", "xla_backend_optimization_level": 3, **emitters}
+    train._clear_programs()  # rebuild under these XLA_FLAGS
+    try:
+        programs = [make_token_program(TokenConfig(method="tpo", **SMOKE)),
+                    make_bandit_program(BanditConfig(method="tpo", eval_every=1), images)]  # a block = one step
+        for program in programs:
+            carry = program.init([0, 1])
+            lowered = program.chunk.lower(carry, 0, 2, *program.data)
+            assert dict(lowered._lowering._compiler_options_kvs) == runtime.CHUNK_COMPILER_OPTIONS
+            _, fast = lowered.compile({**runtime.CHUNK_COMPILER_OPTIONS, **emitters})(carry, 0, *program.data)
+            _, default = lowered.compile(defaults)(carry, 0, *program.data)
+            assert fast.keys() == default.keys()
+            # Before the first update (episode 0's loss, gradient norm, error) the two differ by float rounding only.
+            for name in sorted({"loss", "grad_norm", "error", "train_error"} & default.keys()):
+                np.testing.assert_allclose(np.asarray(fast[name])[:, 0], np.asarray(default[name])[:, 0],
+                                           rtol=1e-5, atol=1e-6, err_msg=name)
+            # After it, Adam's division by sqrt(v) and Muon's orthogonalisation magnify that rounding (XLA's own
+            # LLVM level 2 moves update_norm by 2e-4 here too), so the rest agrees to 5e-3.
+            for name in default:
+                np.testing.assert_allclose(np.asarray(fast[name], np.float64), np.asarray(default[name], np.float64),
+                                           rtol=5e-3, atol=1e-5, err_msg=name)
+            assert float(np.abs(np.asarray(default["loss"])).max()) > 0
+    finally:
+        train._clear_programs()
