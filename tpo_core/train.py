@@ -139,7 +139,11 @@ def check_run_batch(run_batch) -> None:
 def _map_runs(one_run, carry, run_batch: int | None):
     """Advance every run: all vmapped at once (``run_batch=None``), or ``run_batch`` at a time, one batch after
     another inside the same program (``lax.map``). Same per-run computation either way; on a CPU where one run
-    already keeps every core busy the batched form is faster (benchmarks/bench_train.py measures both)."""
+    already keeps every core busy the batched form is faster (benchmarks/bench_train.py measures both).
+    A single run is traced without ``vmap`` (the same computation): XLA compiles that program faster (README
+    § Performance)."""
+    if jax.tree.leaves(carry)[0].shape[0] == 1:
+        return jax.tree.map(lambda x: x[None], one_run(jax.tree.map(lambda x: x[0], carry)))
     if run_batch is None:
         return jax.vmap(one_run)(carry)
     return jax.lax.map(one_run, carry, batch_size=run_batch)
