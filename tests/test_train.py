@@ -468,7 +468,7 @@ def test_the_startup_profile_compiles_in_the_first_process_and_loads_in_the_seco
 
 def test_training_programs_compile_with_the_fast_compile_preset_and_agree_with_xla_defaults(monkeypatch):
     """On the CPU the training programs compile with XLA's fast-compile preset (runtime.CHUNK_COMPILER_OPTIONS), unless
-    XLA_FLAGS chooses; two episodes' metrics agree with the same program compiled at XLA's defaults to float rounding,
+    XLA_FLAGS chooses, and can still be traced inside a caller's jax.eval_shape; two episodes' metrics agree with the same program compiled at XLA's defaults to float rounding,
     for the Transformer (the presets' smoke size) and the MNIST MLP."""
     from tpo_core import train
     from tpo_core.mnist import Dataset
@@ -496,6 +496,9 @@ def test_training_programs_compile_with_the_fast_compile_preset_and_agree_with_x
             carry = program.init([0, 1])
             lowered = program.chunk.lower(carry, 0, 2, *program.data)
             assert dict(lowered._lowering._compiler_options_kvs) == runtime.CHUNK_COMPILER_OPTIONS
+            # JAX refuses compiler options on a nested jit: inside a caller's trace the chunk is traced without them
+            shapes = jax.eval_shape(lambda c: program.chunk(c, 0, 2, *program.data)[1], carry)
+            assert shapes["loss"].shape == (2, 2)
             _, fast = lowered.compile({**runtime.CHUNK_COMPILER_OPTIONS, **emitters})(carry, 0, *program.data)
             _, default = lowered.compile(defaults)(carry, 0, *program.data)
             assert fast.keys() == default.keys()

@@ -5,6 +5,7 @@ function that forgets them with :func:`register_cache`, and :func:`release_compi
 """
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import pathlib
@@ -101,6 +102,30 @@ def chunk_compiler_options() -> dict | None:
     """XLA options for a training program: :data:`CHUNK_COMPILER_OPTIONS` on the CPU, unless ``XLA_FLAGS`` already
     chooses the LLVM level or the preset; None (XLA's defaults) elsewhere."""
     return _cpu_options(CHUNK_COMPILER_OPTIONS)
+
+
+class TopLevelJit:
+    """``jax.jit(fun)`` compiled with ``options`` when called at top level. JAX accepts compiler options on a top-level
+    jit only; called inside another trace (``jax.jit``, ``jax.vmap``, ``jax.eval_shape`` of a caller), the same
+    function is traced without them, as part of the caller's program. ``lower`` and ``trace`` are the top level's."""
+
+    def __init__(self, fun: Callable, *, static_argnums=(), options: dict | None = None):
+        self.nested = jax.jit(fun, static_argnums=static_argnums)
+        self.top = jax.jit(fun, static_argnums=static_argnums, compiler_options=options) if options else self.nested
+        functools.update_wrapper(self, fun)
+
+    def __call__(self, *args):
+        inside_a_trace = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args))
+        return (self.nested if inside_a_trace else self.top)(*args)
+
+    def lower(self, *args, **kwargs):
+        return self.top.lower(*args, **kwargs)
+
+    def trace(self, *args, **kwargs):
+        return self.top.trace(*args, **kwargs)
+
+    def _cache_size(self) -> int:
+        return self.top._cache_size()
 
 
 def seed_keys(seeds: Sequence[int]):

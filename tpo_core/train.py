@@ -272,7 +272,7 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
                 metrics.update(zero_var_frac=jnp.zeros(()), success_mass=jnp.zeros(()), success_mass_old=jnp.zeros(()))
         return dict(state, params=params, opt=opt), metrics
 
-    @functools.partial(jax.jit, static_argnums=2, compiler_options=runtime.chunk_compiler_options())
+    @functools.partial(runtime.TopLevelJit, static_argnums=2, options=runtime.chunk_compiler_options())
     def chunk(carry, start, n):
         def one_run(state):
             return jax.lax.scan(episode, state, start + jnp.arange(n))
@@ -337,7 +337,7 @@ def _bandit_program(cfg: BanditConfig, dataset, run_batch: int | None = None):
         out["test_error"] = (greedy != y_test).mean()
         return state, out
 
-    @functools.partial(jax.jit, static_argnums=2, compiler_options=runtime.chunk_compiler_options())
+    @functools.partial(runtime.TopLevelJit, static_argnums=2, options=runtime.chunk_compiler_options())
     def chunk(carry, start, n, x_train, y_train, x_test, y_test):
         def one_run(state):
             return jax.lax.scan(lambda st, b: block(st, b, x_train, y_train, x_test, y_test),
