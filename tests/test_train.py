@@ -288,8 +288,8 @@ def _key_free(tree):
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the init programs' LLVM level is a CPU setting")
 def test_init_programs_compiled_for_compile_speed_give_the_default_levels_bits():
     """The init program is compiled at LLVM level 1 with the fast-compile preset (it runs once); its parameters and
-    optimizer state must be bit-identical to XLA's defaults (level 3, default preset), for the paper's Transformer (Table-3 size), the presets' smoke model and
-    the MNIST MLP."""
+    optimizer state must be bit-identical to XLA's defaults (level 3, default preset), for the paper's Transformer
+    (Table-3 size), the presets' smoke model and the MNIST MLP."""
     from tpo_core.config import BanditConfig
     from tpo_core.mnist import Dataset
     from tpo_core.train import make_bandit_program
@@ -468,8 +468,9 @@ def test_the_startup_profile_compiles_in_the_first_process_and_loads_in_the_seco
 
 def test_training_programs_compile_with_the_fast_compile_preset_and_agree_with_xla_defaults(monkeypatch):
     """On the CPU the training programs compile with XLA's fast-compile preset (runtime.CHUNK_COMPILER_OPTIONS), unless
-    XLA_FLAGS chooses, and can still be traced inside a caller's jax.eval_shape; two episodes' metrics agree with the same program compiled at XLA's defaults to float rounding,
-    for the Transformer (the presets' smoke size) and the MNIST MLP."""
+    XLA_FLAGS chooses, and can still be traced inside a caller's jax.eval_shape (init program and chunk); two
+    episodes' metrics agree with the same program compiled at XLA's defaults to float rounding, for the Transformer
+    (the presets' smoke size) and the MNIST MLP."""
     from tpo_core import train
     from tpo_core.mnist import Dataset
     from tpo_core.train import make_bandit_program
@@ -494,6 +495,10 @@ def test_training_programs_compile_with_the_fast_compile_preset_and_agree_with_x
                     make_bandit_program(BanditConfig(method="tpo", eval_every=1), images)]  # a block = one step
         for program in programs:
             carry = program.init([0, 1])
+            keys = runtime.seed_keys([0, 1])
+            knobs = {k: jnp.full((2,), v, jnp.float32) for k, v in program.knobs.items()}
+            assert jax.tree.structure(jax.eval_shape(lambda k: program.init_runs(k, knobs), keys)) == \
+                jax.tree.structure(carry)
             lowered = program.chunk.lower(carry, 0, 2, *program.data)
             assert dict(lowered._lowering._compiler_options_kvs) == runtime.CHUNK_COMPILER_OPTIONS
             # JAX refuses compiler options on a nested jit: inside a caller's trace the chunk is traced without them

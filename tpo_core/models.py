@@ -52,7 +52,8 @@ class Attention(nnx.Module):
         # backward pass does not assemble the three gradients into one [tokens, 3·h·hd] array (and its transpose)
         # for the kernel's gradient, copies that cost more than the products on the CPU (README § Performance).
         w = self.wqkv[...]
-        return tuple(jnp.einsum("...d,dhe->...he", x, w[i]) + b[...] for i, b in enumerate((self.bq, self.bk, self.bv)))
+        biases = (self.bq, self.bk, self.bv)
+        return tuple(jnp.einsum("...d,dhe->...he", x, w[i]) + b[...] for i, b in enumerate(biases))
 
     def out(self, o):  # [..., h, hd] -> [..., d]
         return jnp.einsum("...he,hed->...d", o, self.wo[...]) + self.bo[...]

@@ -113,7 +113,7 @@ def _clear_programs():
 
 def _init_runs(init_one):
     """The init program of every run; compiled for compile speed (it runs once), see ``runtime.INIT_COMPILER_OPTIONS``."""
-    return jax.jit(jax.vmap(init_one), compiler_options=runtime.init_compiler_options())
+    return runtime.TopLevelJit(jax.vmap(init_one), options=runtime.init_compiler_options())
 
 
 def _param_delta_norm(new, old):
