@@ -146,6 +146,8 @@ def _map_runs(one_run, carry, run_batch: int | None):
         return jax.tree.map(lambda x: x[None], one_run(jax.tree.map(lambda x: x[0], carry)))
     if run_batch is None:
         return jax.vmap(one_run)(carry)
+    if run_batch == 1:  # lax.map's batch_size=1 would still vmap each run over an axis of size 1
+        return jax.lax.map(one_run, carry)
     return jax.lax.map(one_run, carry, batch_size=run_batch)
 
 
