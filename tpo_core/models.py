@@ -58,18 +58,18 @@ class Attention(nnx.Module):
         self.bo = nnx.Param(jnp.zeros((d_model,)))
         self.scale = hd**-0.5
 
-    def qkv(self, x):  # [..., d] -> 3 x [..., h, hd]
-        # One product per projection rather than one over the stacked kernel: the same numbers, but then the
-        # backward pass does not assemble the three gradients into one [tokens, 3·h·hd] array (and its transpose)
-        # for the kernel's gradient, copies that cost more than the products on the CPU (README § Performance).
+    def qkv(self, x):  # [..., d] -> one (q, k, v) per head, each [..., hd]
+        # Head by head, each a [rows, d] x [d, hd] product: attention then runs on contiguous [..., T, hd] arrays
+        # with no transpose between the token-major projections and the head-batched products (README
+        # § Performance). The same numbers as the reference's [..., h, hd] layout.
         w = self.wqkv[...]
-        biases = (self.bq, self.bk, self.bv)
-        return tuple(_rows(lambda r, i=i: jnp.einsum("nd,dhe->nhe", r, w[i]), x) + b[...]
-                     for i, b in enumerate(biases))
+        biases = [b[...] for b in (self.bq, self.bk, self.bv)]
+        return [tuple(_rows(lambda r, i=i, j=j: r @ w[i, :, j], x) + biases[i][j] for i in range(3))
+                for j in range(w.shape[2])]
 
-    def out(self, o):  # [..., h, hd] -> [..., d]
-        h, hd = o.shape[-2:]
-        return _rows(lambda r: r @ self.wo[...].reshape(h * hd, -1), o.reshape(o.shape[:-2] + (h * hd,))) + self.bo[...]
+    def out(self, heads):  # one [..., hd] per head -> [..., d]
+        wo = self.wo[...]
+        return sum(_rows(lambda r, j=j: r @ wo[j], o) for j, o in enumerate(heads)) + self.bo[...]
 
 
 def _causal_mask(n: int):
@@ -88,35 +88,38 @@ class Block(nnx.Module):
         return _rows(lambda r: self.fc2(jax.nn.gelu(self.fc1(r))), self.ln2(x))
 
     def prompt(self, x):
-        """Causal self-attention over the prompt. x [B, P, d] -> (x', (k, v) [B, P, h, hd])."""
-        q, k, v = self.attn.qkv(self.ln1(x))
-        s = jnp.einsum("bthe,bshe->bhts", q, k) * self.attn.scale
-        s = jnp.where(_causal_mask(x.shape[1]), s, -1e30)
-        o = jnp.einsum("bhts,bshe->bthe", jax.nn.softmax(s, -1), v)
-        x = x + self.attn.out(o)
-        return x + self.mlp(x), (k, v)
+        """Causal self-attention over the prompt. x [B, P, d] -> (x', per head (k, v), each [B, P, hd])."""
+        mask = _causal_mask(x.shape[1])
+        outs, kvs = [], []
+        for q, k, v in self.attn.qkv(self.ln1(x)):
+            s = jnp.where(mask, jnp.einsum("bte,bse->bts", q, k) * self.attn.scale, -1e30)
+            outs.append(jnp.einsum("bts,bse->bte", jax.nn.softmax(s, -1), v))
+            kvs.append((k, v))
+        x = x + self.attn.out(outs)
+        return x + self.mlp(x), kvs
 
     def answer(self, x, prompt_kv, mask, cache=None, t=None):
         """Answer tokens attend to the whole prompt and to the answer keys allowed by ``mask``.
 
-        x [B, K, T, d]; prompt_kv: 2 x [B, P, h, hd]; mask [T, S].
+        x [B, K, T, d]; prompt_kv: per head (k, v), each [B, P, hd]; mask [T, S].
         Teacher forcing: ``cache=None`` and the answer keys are x's own (S = T).
-        Sampling: ``cache`` (2 x [B, K, S, h, hd]) receives x's keys/values at slot ``t``.
-        Returns (x', answer keys/values used).
+        Sampling: ``cache`` (per head (k, v), each [B, K, S, hd]) receives x's keys/values at slot ``t``.
+        Returns (x', per head the answer keys/values used).
         """
-        q, k, v = self.attn.qkv(self.ln1(x))
-        if cache is not None:
-            k = jax.lax.dynamic_update_slice_in_dim(cache[0], k, t, axis=2)
-            v = jax.lax.dynamic_update_slice_in_dim(cache[1], v, t, axis=2)
-        kp, vp = prompt_kv
-        sp = jnp.einsum("bkthe,bshe->bkhts", q, kp) * self.attn.scale
-        sa = jnp.einsum("bkthe,bkshe->bkhts", q, k) * self.attn.scale
-        sa = jnp.where(mask, sa, -1e30)
-        w = jax.nn.softmax(jnp.concatenate([sp, sa], -1), -1)
-        wp, wa = w[..., : sp.shape[-1]], w[..., sp.shape[-1]:]
-        o = jnp.einsum("bkhts,bshe->bkthe", wp, vp) + jnp.einsum("bkhts,bkshe->bkthe", wa, v)
-        x = x + self.attn.out(o)
-        return x + self.mlp(x), (k, v)
+        outs, kvs = [], []
+        for j, (q, k, v) in enumerate(self.attn.qkv(self.ln1(x))):
+            if cache is not None:
+                k = jax.lax.dynamic_update_slice_in_dim(cache[j][0], k, t, axis=2)
+                v = jax.lax.dynamic_update_slice_in_dim(cache[j][1], v, t, axis=2)
+            kp, vp = prompt_kv[j]
+            sp = jnp.einsum("bkte,bse->bkts", q, kp) * self.attn.scale
+            sa = jnp.where(mask, jnp.einsum("bkte,bkse->bkts", q, k) * self.attn.scale, -1e30)
+            w = jax.nn.softmax(jnp.concatenate([sp, sa], -1), -1)
+            wp, wa = w[..., : sp.shape[-1]], w[..., sp.shape[-1]:]
+            outs.append(jnp.einsum("bkts,bse->bkte", wp, vp) + jnp.einsum("bkts,bkse->bkte", wa, v))
+            kvs.append((k, v))
+        x = x + self.attn.out(outs)
+        return x + self.mlp(x), kvs
 
 
 class Transformer(nnx.Module):
@@ -180,10 +183,9 @@ class Transformer(nnx.Module):
         keys = jax.random.split(key, h)
         logp0 = jnp.broadcast_to(logp0[:, None, :], (b, k, self.vocab))
         tok0 = jax.random.categorical(keys[0], logp0)
-        n_layers = len(self.blocks)
-        heads, hd = prompt_kv[0][0].shape[-2:]
-        cache0 = [(jnp.zeros((b, k, h - 1, heads, hd)), jnp.zeros((b, k, h - 1, heads, hd)))
-                  for _ in range(n_layers)]
+        hd = prompt_kv[0][0][0].shape[-1]
+        cache0 = [[(jnp.zeros((b, k, h - 1, hd)), jnp.zeros((b, k, h - 1, hd))) for _ in layer_kv]
+                  for layer_kv in prompt_kv]
 
         def step(carry, t):
             tok, cache = carry
