@@ -60,6 +60,47 @@ def test_shared_prompt_kv_paths_equal_full_recompute():
     np.testing.assert_allclose(logp_sampling, full, atol=2e-5)
 
 
+def test_teacher_forced_gradients_equal_full_recompute():
+    """The training pass (shared prompt, answer products with their own gradient rules) has the gradients of
+    the whole-buffer path, which uses neither, for every parameter."""
+    model = Transformer(3, 5, d_model=32, heads=2, layers=2, ffn=64, rngs=nnx.Rngs(1))
+    prompts = jax.random.randint(jax.random.key(0), (4, 5), 0, 3)
+    answers = jax.random.randint(jax.random.key(1), (4, 6, 5), 0, 3)
+    weights = jax.random.normal(jax.random.key(2), (4, 6, 5, 3))
+    graphdef, state = nnx.split(model)
+
+    def grads(name):
+        loss = lambda st: jnp.sum(weights * getattr(nnx.merge(graphdef, st), name)(prompts, answers))
+        return jax.jit(jax.grad(loss))(state)
+
+    got, want = grads("answer_logprobs"), grads("full_sequence_logprobs")
+    scale = max(float(jnp.abs(w).max()) for w in jax.tree.leaves(want))
+    assert scale > 0.1
+    for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want)):
+        # the key bias's gradient is 0 in exact arithmetic (it shifts a query's scores by one constant)
+        tol = 1e-4 * max(float(jnp.abs(w).max()), 1e-3 * scale)
+        np.testing.assert_allclose(g, w, atol=tol, err_msg=str(path))
+
+
+def test_attention_products_have_the_plain_products_gradients():
+    """models._mm_nt / _mm_nn only choose operand layouts: values and gradients (also under vmap) are those
+    of the einsums they replace."""
+    from tpo_core.models import _mm_nn, _mm_nt
+    ks = jax.random.split(jax.random.key(3), 4)
+    a, b = jax.random.normal(ks[0], (2, 3, 7, 5)), jax.random.normal(ks[1], (2, 3, 9, 5))
+    w = jax.random.normal(ks[2], (2, 3, 7, 9))
+    plain_nt = lambda a, b: jnp.einsum("...me,...ne->...mn", a, b)
+    plain_nn = lambda a, b: jnp.einsum("...mn,...ne->...me", a, b)
+    for mine, plain, args in ((_mm_nt, plain_nt, (a, b)), (_mm_nn, plain_nn, (w, b))):
+        cot = jax.random.normal(ks[3], plain(*args).shape)
+        for f in (lambda g: g, jax.vmap):
+            np.testing.assert_allclose(f(mine)(*args), plain(*args), rtol=1e-5, atol=1e-5)
+            vjp_mine = jax.vjp(f(mine), *args)[1](cot)
+            vjp_plain = jax.vjp(f(plain), *args)[1](cot)
+            for m, p in zip(vjp_mine, vjp_plain):
+                np.testing.assert_allclose(m, p, rtol=1e-5, atol=1e-5)
+
+
 def test_sampling_follows_the_policy():
     """Empirical frequency of the first answer token matches the model's probability."""
     model = Transformer(2, 3, d_model=16, heads=2, layers=1, ffn=32, rngs=nnx.Rngs(2))

@@ -24,6 +24,53 @@ def _rows(f, x):
     return y.reshape(x.shape[:-1] + y.shape[1:])
 
 
+def _transposed(x):
+    """x with its last two axes swapped, materialized: the barrier keeps XLA from folding the transpose back
+    into the consuming product as a transposed operand."""
+    return jax.lax.optimization_barrier(jnp.swapaxes(x, -1, -2))
+
+
+@jax.custom_vjp
+def _mm_nt(a, b):
+    """a [..., M, E] x b [..., N, E] -> [..., M, N] (scores q·kᵀ), batched over the leading axes.
+
+    Forward and gradients are the plain products; the custom rule only chooses operand layouts. The gradient
+    of b is (gᵀ)·a with gᵀ materialized: contracting over a non-minor axis of both operands, XLA's CPU backend
+    runs these tiny batched products (8-19 rows) as its slowest kind (README § Performance).
+    """
+    return jnp.einsum("...me,...ne->...mn", a, b)
+
+
+def _mm_nt_fwd(a, b):
+    return _mm_nt(a, b), (a, b)
+
+
+def _mm_nt_bwd(res, g):
+    a, b = res
+    return g @ b, _transposed(g) @ a
+
+
+_mm_nt.defvjp(_mm_nt_fwd, _mm_nt_bwd)
+
+
+@jax.custom_vjp
+def _mm_nn(a, b):
+    """a [..., M, N] x b [..., N, E] -> [..., M, E] (weights · values); gradients as in :func:`_mm_nt`."""
+    return a @ b
+
+
+def _mm_nn_fwd(a, b):
+    return _mm_nn(a, b), (a, b)
+
+
+def _mm_nn_bwd(res, g):
+    a, b = res
+    return jnp.einsum("...me,...ne->...mn", g, b), _transposed(a) @ g
+
+
+_mm_nn.defvjp(_mm_nn_fwd, _mm_nn_bwd)
+
+
 class MLP(nnx.Module):
     """784-50-50-10 ReLU MLP of the MNIST bandit (sizes configurable)."""
 
@@ -112,11 +159,12 @@ class Block(nnx.Module):
                 k = jax.lax.dynamic_update_slice_in_dim(cache[j][0], k, t, axis=2)
                 v = jax.lax.dynamic_update_slice_in_dim(cache[j][1], v, t, axis=2)
             kp, vp = prompt_kv[j]
-            sp = jnp.einsum("bkte,bse->bkts", q, kp) * self.attn.scale
-            sa = jnp.where(mask, jnp.einsum("bkte,bkse->bkts", q, k) * self.attn.scale, -1e30)
+            b, kk, tt, e = q.shape
+            sp = _mm_nt(q.reshape(b, kk * tt, e), kp).reshape(b, kk, tt, -1) * self.attn.scale
+            sa = jnp.where(mask, _mm_nt(q, k) * self.attn.scale, -1e30)
             w = jax.nn.softmax(jnp.concatenate([sp, sa], -1), -1)
             wp, wa = w[..., : sp.shape[-1]], w[..., sp.shape[-1]:]
-            outs.append(jnp.einsum("bkts,bse->bkte", wp, vp) + jnp.einsum("bkts,bkse->bkte", wa, v))
+            outs.append(_mm_nn(wp.reshape(b, kk * tt, -1), vp).reshape(q.shape) + _mm_nn(wa, v))
             kvs.append((k, v))
         x = x + self.attn.out(outs)
         return x + self.mlp(x), kvs
