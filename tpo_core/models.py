@@ -189,7 +189,8 @@ class Transformer(nnx.Module):
 
     # -- prompt ------------------------------------------------------------------------------
     def encode_prompt(self, prompts):
-        """prompts [B, H] -> (log-probs of answer token 0 [B, V], per-layer prompt KV)."""
+        """prompts [B, H] -> (log-probs of answer token 0 [B, V], per layer and head the prompt's (k, v), each
+        [B, H, hd])."""
         h = prompts.shape[1]
         x = self.embed(prompts) + self.pos[...][:h]
         kvs = []
