@@ -150,6 +150,7 @@ def test_route_b_loss_on_the_lm_and_its_guard(lm):
     class Cfg(dict):
         rollout_n = K
         global_batch_info = {"dp_size": 1, "global_batch_size": n}
+        policy_loss = {"tpo_sequence_logp": "sum"}                          # _exact below uses summed log-probs
 
     def route_b(rows):
         loss, _ = V.compute_policy_loss_tpo_group(old_tok[rows], _token_logp(model, seqs[rows]), adv[rows],

@@ -183,7 +183,7 @@ def test_group_shuffle_keeps_groups_whole():
 
 def test_trainer_loss_is_the_engines_tpo_loss_and_decomposed_matches_exact_at_theta_old(tmp_path):
     """One generation batch through the trainer's own pipeline; the expected loss from the JAX engine."""
-    trainer = _make_trainer(tmp_path, tpo_mode="exact")
+    trainer = _make_trainer(tmp_path, tpo_mode="exact", sequence_logp="sum")
     trainer.model.train()
     inputs = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
     assert "advantages" not in inputs                                   # GRPO's advantages are not used
@@ -261,7 +261,7 @@ TRAINER_WORKER = textwrap.dedent("""
                           gradient_accumulation_steps=1, max_steps=1, learning_rate=0.1, optim="sgd",
                           lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0, max_completion_length=6,
                           report_to=[], save_strategy="no", use_cpu=True, bf16=False, seed=0, eta=1.0,
-                          logging_steps=1, disable_tqdm=True, tpo_mode="exact")
+                          logging_steps=1, disable_tqdm=True, tpo_mode="exact", sequence_logp="sum")
     prompts = ["w1 w2 w3", "w4 w5 w6", "w7 w8 w9", "w10 w11 w12"]
     trainer = Recording(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_dict({"prompt": prompts}),
                         processing_class=tokenizer)

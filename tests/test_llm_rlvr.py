@@ -14,14 +14,20 @@ from tpo_core.llm import rlvr  # noqa: E402
 def test_two_step_tpo_and_grpo_move_parameters_log_finite_diagnostics_and_resume(tmp_path, capsys):
     summary = rlvr.run_rlvr("leg_counting", "smoke", tmp_path, methods=("tpo", "grpo"))
     assert [(r["method"], r["seed"], r["steps"]) for r in summary["runs"]] == [("tpo", 0, 2), ("grpo", 0, 2)]
-    for method, own in [("tpo", ("tv", "entropy_q")), ("grpo", ("abs_advantage",))]:
+    spreads = tuple(f"{x}_{s}" for x in ("logp_sum", "logp_mean", "length") for s in ("std", "range"))
+    for method, own in [("tpo", ("tv", "entropy_q", *spreads)), ("grpo", ("abs_advantage",))]:
         curves = np.load(tmp_path / f"{method}_seed0.npz")
-        for name in ("reward", "reward_std", "zero_variance_frac", "entropy", "loss") + own:
+        for name in ("reward", "reward_std", "zero_variance_frac", "entropy", "loss", "grad_norm") + own:
             assert curves[name].shape == (2,) and np.isfinite(curves[name]).all(), (method, name)
         meta = json.loads((tmp_path / f"{method}_seed0.json").read_text())
         assert meta["max_parameter_change"] > 0.0                     # the update did something
         assert meta["samples_first_step"] and meta["config"]["budget"]["k"] == 8
+    records = json.loads((tmp_path / "tpo_seed0.json").read_text())
+    for which in ("completions_first_step", "completions_last_step"):         # every completion of that step
+        assert len(records[which]) == 4 * 8
+        assert all(r["logp_sum"] == pytest.approx(r["logp_mean"] * max(r["length"], 1)) for r in records[which])
     tpo, grpo = np.load(tmp_path / "tpo_seed0.npz"), np.load(tmp_path / "grpo_seed0.npz")
+    assert (tpo["logp_sum_std"] >= tpo["logp_mean_std"]).all()        # summed scores spread wider than means
     assert tpo["reward"][0] == grpo["reward"][0]                      # same prompts, seed, sampling: same first batch
     assert (tpo["tv"] > 0).any() and (grpo["abs_advantage"] > 0).any()  # the groups carried signal
     assert json.loads((tmp_path / "summary.json").read_text())["methods"] == ["grpo", "tpo"]

@@ -178,16 +178,22 @@ def cmd_reproduce(args) -> int:
         jax.distributed.initialize()
     from .llm import rlvr as llm_rlvr  # NumPy only at import; PyTorch and TRL load when an LLM run starts
 
+    from .llm import sparse as llm_sparse  # likewise NumPy only at import
+
     if args.list:
         print(reproduce.list_text())
         print(llm_rlvr.list_text())
+        print(llm_sparse.list_text())
         return 0
+    names = [*reproduce.PRESETS, *llm_rlvr.PRESETS, *llm_sparse.PRESETS]
     if not args.name:
-        raise ValueError("name is required (or --list); choose from " + ", ".join([*reproduce.PRESETS, *llm_rlvr.PRESETS]))
+        raise ValueError("name is required (or --list); choose from " + ", ".join(names))
     if args.name in llm_rlvr.PRESETS:
         return _reproduce_llm(args, llm_rlvr)
+    if args.name in llm_sparse.PRESETS:
+        return _reproduce_llm(args, llm_sparse)
     if args.name not in reproduce.PRESETS:
-        raise ValueError(f"unknown preset {args.name!r}; choose from " + ", ".join([*reproduce.PRESETS, *llm_rlvr.PRESETS]))
+        raise ValueError(f"unknown preset {args.name!r}; choose from " + ", ".join(names))
     reproduce.check_budget(args.budget, reproduce.get(args.name))
     runtime.enable_compile_cache()
     out = args.out or f"results/{args.name}"
@@ -204,22 +210,24 @@ def cmd_reproduce(args) -> int:
     return 0
 
 
-def _reproduce_llm(args, llm_rlvr) -> int:
-    """An LLM preset (PyTorch + TRL): --only names methods (tpo, grpo) so that two processes can share one --out."""
+def _reproduce_llm(args, module) -> int:
+    """An LLM preset (PyTorch + TRL; ``module`` is ``llm.rlvr`` or ``llm.sparse``): --only names its methods
+    (arms) so that two processes can share one --out."""
     for flag, value in (("--chunk", args.chunk), ("--distributed", args.distributed or None)):
         if value is not None:
             raise ValueError(f"{flag} does not apply to {args.name} (a PyTorch + TRL run, not the JAX engine)")
     methods = None
     if args.only is not None:
         methods = [k.strip() for k in args.only.split(",") if k.strip()]
-        bad = [m for m in methods if m not in llm_rlvr.METHODS]
+        known = module.METHODS
+        bad = [m for m in methods if m not in known]
         if bad or not methods:
-            raise ValueError(f"only must name methods of {args.name} ({', '.join(llm_rlvr.METHODS)}), "
+            raise ValueError(f"only must name methods of {args.name} ({', '.join(known)}), "
                              f"got {', '.join(bad) or 'nothing'}")
-    summary = llm_rlvr.run_preset(args.name, args.budget, args.out, seeds=args.seeds, methods=methods,
-                                  partial=args.partial, quiet=args.quiet)
+    summary = module.run_preset(args.name, args.budget, args.out, seeds=args.seeds, methods=methods,
+                                partial=args.partial, quiet=args.quiet)
     print(report.to_markdown([summary]))
-    out = args.out or llm_rlvr.default_out(args.name, args.budget)
+    out = args.out or module.default_out(args.name, args.budget)
     print(f"wrote {out}/summary.json, {out}/figure.html and {len(summary['rows'])} rows")
     return 0
 

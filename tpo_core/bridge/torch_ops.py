@@ -37,7 +37,7 @@ import torch
 STD_FLOOR = 1e-6  # arXiv 2604.06159 §3 / reference code: u = c/σ only if σ > 1e-6, else u = c
 
 __all__ = ["STD_FLOOR", "standardize", "tpo_target", "tpo_loss", "sequence_logp", "group_index",
-           "gather_groups", "tpo_sequence_weights", "tpo_diagnostics", "check_eta"]
+           "gather_groups", "tpo_sequence_weights", "tpo_diagnostics", "within_group_spread", "check_eta"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -269,7 +269,7 @@ def gather_groups(x: torch.Tensor, index) -> torch.Tensor:
 
 
 def tpo_sequence_weights(seq_logp_old: torch.Tensor, scores: torch.Tensor, index, eta: float = 1.0,
-                         *, std_floor: float = STD_FLOOR) -> torch.Tensor:
+                         valid: torch.Tensor | None = None, *, std_floor: float = STD_FLOOR) -> torch.Tensor:
     r"""Per-row policy-gradient coefficient that reproduces TPO's gradient at θ = θ_old.
 
     .. math:: w_i = \frac{N}{G}\,(q_i - p^{old}_i) = K\,(q_i - p^{old}_i),\qquad
@@ -279,7 +279,8 @@ def tpo_sequence_weights(seq_logp_old: torch.Tensor, scores: torch.Tensor, index
     ``seq_logp_old`` and ``scores`` are rows ``[N]`` in any order; ``index`` is a :func:`group_index`
     ``[G, K]`` or the rows' uids. Returns ``[N]`` (detached), aligned with the input rows; use it as
     the advantage of every token of row i with a token-**sum** per sequence and a mean over the N
-    sequences. Each group's weights sum to 0.
+    sequences. Each group's weights sum to 0. ``valid`` (bool rows ``[N]``) leaves rows out of their
+    group's softmax and target (weight 0), e.g. completions whose loss mask is all zero.
     """
     eta = check_eta(eta)
     seq_logp_old = _as_tensor(seq_logp_old).detach()
@@ -290,11 +291,34 @@ def tpo_sequence_weights(seq_logp_old: torch.Tensor, scores: torch.Tensor, index
     index = _as_index(index, seq_logp_old.shape[0], seq_logp_old.device)
     g, k = index.shape
     lo, s = seq_logp_old[index], scores.to(seq_logp_old.dtype)[index]
-    q = tpo_target(lo, s, eta, std_floor=std_floor)
-    p_old = torch.softmax(lo, -1)
+    if valid is not None:
+        valid = torch.as_tensor(valid, device=seq_logp_old.device).bool()
+        _check_same_shape(seq_logp_old=seq_logp_old, valid=valid)
+        valid = valid[index]
+    valid = _valid_mask(valid, lo)
+    q = tpo_target(lo, s, eta, valid, std_floor=std_floor)
+    p_old = torch.where(valid, _masked_log_softmax(lo, valid).exp(), torch.zeros_like(lo))
     w = torch.empty_like(seq_logp_old)
     w[index.reshape(-1)] = ((seq_logp_old.shape[0] / g) * (q - p_old)).reshape(-1)
     return w
+
+
+def within_group_spread(x: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[float, float]:
+    """Mean over groups ``[G, K]`` of the within-group population std and of the range (max − min) of ``x``
+    over the valid members (e.g. the old policy's sequence log-probs: a spread ≫ 1 nat puts p_old on a few
+    completions). Groups with no valid member are left out; ``(nan, nan)`` if none has one."""
+    x = _as_tensor(x).detach().double()
+    valid = _valid_mask(valid, x)
+    w = valid.double()
+    n = w.sum(-1)
+    has = n > 0
+    if not bool(has.any()):
+        return float("nan"), float("nan")
+    mean = (x * w).sum(-1) / n.clamp_min(1.0)
+    std = torch.sqrt((((x - mean[..., None]) * w) ** 2).sum(-1) / n.clamp_min(1.0))
+    inf = torch.full_like(x, float("inf"))
+    spread = torch.where(valid, x, -inf).amax(-1) - torch.where(valid, x, inf).amin(-1)
+    return float(std[has].mean()), float(spread[has].mean())
 
 
 def tpo_diagnostics(logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0,

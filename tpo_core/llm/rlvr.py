@@ -23,7 +23,11 @@ Curves per optimizer step: ``reward`` (mean over completions), ``reward_std``, `
 (groups whose K rewards are equal: no signal for either method), ``entropy`` (the policy's mean token
 entropy), ``completion_length``; TPO adds ``tv`` = ½ Σ_i |q_i − p_old,i|, ``entropy_q`` and ``entropy_p_old`` (of the
 group softmax: near 0 when one completion's sequence log-prob dominates the group, so q ≈ p_old); GRPO adds
-``abs_advantage`` = mean |A_i|.
+``abs_advantage`` = mean |A_i|. Both log ``grad_norm`` (before clipping); TPO logs the within-group std and range of
+the old policy's summed and mean log-probs and of completion length (``logp_sum_std``, ``logp_mean_range``,
+``length_std``, ...; group means) and its run file keeps per-completion ℓ_sum, ℓ_mean, length, truncated and reward
+of the first and the last step (``completions_first_step``, ``completions_last_step``). Runs written before these
+curves existed hold NaN-free files without them; the config is unchanged, so they stay valid.
 
     python -m tpo_core.llm.rlvr --task graph_coloring --budget smoke --out results/llm_smoke
 """
@@ -47,12 +51,14 @@ __all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "PRESETS", "run_rlvr", "run
            "measure_starting_success", "load_runs", "figure", "figure_html", "tiny_model_and_tokenizer", "main"]
 
 METHODS = ("tpo", "grpo", "tpo_mean")
+_SPREADS = tuple(f"{x}_{s}" for x in ("logp_sum", "logp_mean", "length") for s in ("std", "range"))
 CURVES = ("reward", "reward_std", "zero_variance_frac", "entropy", "completion_length", "tv", "entropy_q",
-          "entropy_p_old", "abs_advantage", "loss")
+          "entropy_p_old", "abs_advantage", "loss", "grad_norm", *_SPREADS)
 _LOG_KEYS = {"reward": "reward", "reward_std": "reward_std", "zero_variance_frac": "frac_reward_zero_std",
              "entropy": "entropy", "completion_length": "completions/mean_length", "tv": "tpo/tv",
              "entropy_q": "tpo/entropy_q", "entropy_p_old": "tpo/entropy_p_old",
-             "abs_advantage": "grpo/abs_advantage", "loss": "loss"}
+             "abs_advantage": "grpo/abs_advantage", "loss": "loss", "grad_norm": "grad_norm",
+             **{name: f"tpo/{name}" for name in _SPREADS}}
 
 
 @dataclass(frozen=True)
@@ -226,9 +232,12 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
     curves = _curves(trainer.state.log_history)
     logs = curves["step"]
     seconds = time.perf_counter() - start
-    return curves, {"method": method, "seed": seed, "model": model_line, "seconds": seconds, "steps": len(logs),
-                    "max_parameter_change": moved, "samples_first_step": reward_fn.first,
-                    "samples_last_step": reward_fn.last}
+    meta = {"method": method, "seed": seed, "model": model_line, "seconds": seconds, "steps": len(logs),
+            "max_parameter_change": moved, "samples_first_step": reward_fn.first, "samples_last_step": reward_fn.last}
+    if hasattr(trainer, "completion_records"):
+        records = trainer.completion_records()
+        meta |= {"completions_first_step": records["first"], "completions_last_step": records["last"]}
+    return curves, meta
 
 
 def _config(task, setting, budget, steps):
