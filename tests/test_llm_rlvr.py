@@ -93,3 +93,33 @@ def test_reproduce_preset_writes_a_report_summary_and_partial_summarises_without
     for argv in (["--chunk", "5"], ["--only", "ppo"], ["--budget", "paper"], ["--seeds", "0"]):
         assert cli.main(["reproduce", "llm_graph_coloring", "--out", str(out), *argv]) == 2, argv
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def _fake_runs(out, tpo_mean_finals, grpo_finals, tvs):
+    from tpo_core import atomic_io
+
+    for seed, (m, g, tv) in enumerate(zip(tpo_mean_finals, grpo_finals, tvs)):
+        for method, final in (("tpo_mean", m), ("grpo", g)):
+            atomic_io.write_json(out / f"{method}_seed{seed}.json", {"method": method, "seed": seed, "final_reward": final})
+            curves = {"tv": np.asarray(tv, float)} if method == "tpo_mean" else {"abs_advantage": np.ones(3)}
+            atomic_io.write_npz(out / f"{method}_seed{seed}.npz", **curves)
+
+
+@pytest.mark.parametrize("finals, tvs, held, falsified", [
+    ((0.90, 0.85, 0.50), [[0.7, 0.5, np.nan]] * 3, True, False),        # 2 of 3 keep up, TV moves: held
+    ((0.90, 0.85, 0.80), [[0.01, 0.02, 0.5]] * 3, False, False),        # rewards keep up but TV median 0.02
+    ((0.90, 0.55, 0.40), [[0.7, 0.5, 0.6]] * 3, False, True),           # 2 of 3 end below 0.6: falsified
+])
+def test_prediction_check_reaches_each_outcome(tmp_path, finals, tvs, held, falsified):
+    _fake_runs(tmp_path, finals, (0.96, 0.95, 0.97), tvs)
+    result = rlvr.prediction_check(tmp_path)
+    flat = [x for tv in tvs for x in tv if np.isfinite(x)]
+    assert result["median_tv"] == pytest.approx(float(np.median(flat)))
+    assert result["keeps_up"] == [f >= g - 0.1 for f, g in zip(finals, (0.96, 0.95, 0.97))]
+    assert result["held"] is held and result["falsified"] is falsified
+
+
+def test_prediction_check_waits_for_three_seeds(tmp_path):
+    _fake_runs(tmp_path, (0.9,), (0.96,), [[0.7]])
+    result = rlvr.prediction_check(tmp_path)
+    assert result["seeds"] == [0] and result["held"] is None and result["falsified"] is None

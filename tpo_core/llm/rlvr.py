@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import pathlib
 import shutil
 import sys
@@ -47,7 +48,7 @@ import numpy as np
 
 from tpo_core import atomic_io
 
-__all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "PRESETS", "run_rlvr", "run_preset", "summary_rows",
+__all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "PRESETS", "run_rlvr", "run_preset", "summary_rows", "prediction_check",
            "measure_starting_success", "load_runs", "figure", "figure_html", "tiny_model_and_tokenizer", "main"]
 
 METHODS = ("tpo", "grpo", "tpo_mean")
@@ -345,6 +346,35 @@ def summary_rows(out, runs) -> list[dict]:
                          "length": min(r["steps"] for r in mine), "comparable": False, "paper": None,
                          "paper_text": "no paper number at this setting", "verdict": None})
     return rows
+
+
+def prediction_check(out, *, tv_threshold: float = 0.3, margin: float = 0.1, falsify_below: float = 0.6) -> dict:
+    """The written prediction for the ``tpo_mean`` arm (``results/llm_graph_coloring_cpu/PREDICTION.md``),
+    evaluated on the finished runs in ``out``: the median TV(q, p_old) over every step of every ``tpo_mean``
+    seed, and per seed whether its final reward is ≥ GRPO's on that seed − ``margin``. ``held`` is True when
+    the median TV is ≥ ``tv_threshold`` and at least 2 of 3 seeds (two thirds) keep up; ``falsified`` when at
+    least two thirds of the seeds end below ``falsify_below``; None while fewer than 3 seeds are finished."""
+    out = pathlib.Path(out)
+    finals = {}
+    for method in ("tpo_mean", "grpo"):
+        for path in sorted(out.glob(f"{method}_seed*.json")):
+            meta = json.loads(path.read_text())
+            if meta.get("method") == method:
+                finals.setdefault(method, {})[meta["seed"]] = float(meta["final_reward"])
+    mean, grpo = finals.get("tpo_mean", {}), finals.get("grpo", {})
+    seeds = sorted(set(mean) & set(grpo))
+    tvs = []
+    for seed in seeds:
+        with np.load(out / f"tpo_mean_seed{seed}.npz") as f:
+            tvs.extend(f["tv"][np.isfinite(f["tv"])].tolist())
+    keeps_up = {s: mean[s] >= grpo[s] - margin for s in seeds}
+    median_tv = float(np.median(tvs)) if tvs else float("nan")
+    done = len(seeds) >= 3
+    need = math.ceil(2 * len(seeds) / 3)
+    return {"seeds": seeds, "tpo_mean_final": [mean[s] for s in seeds], "grpo_final": [grpo[s] for s in seeds],
+            "median_tv": median_tv, "keeps_up": [keeps_up[s] for s in seeds],
+            "held": (median_tv >= tv_threshold and sum(keeps_up.values()) >= need) if done else None,
+            "falsified": (sum(mean[s] < falsify_below for s in seeds) >= need) if done else None}
 
 
 def _report_fields(task, budget, config, out, runs, preset, command) -> dict:
