@@ -519,18 +519,7 @@ CURVE_KEYS = {"reward": "reward", "reward_std": "reward_std", "zero_variance_fra
               "loss": "loss", "abs_advantage": "grpo/abs_advantage"}
 
 
-def _grpo_trainer_class():
-    """TRL's ``GRPOTrainer`` unchanged but for one extra logged number, the mean |advantage| of each batch."""
-    from trl import GRPOTrainer
-
-    class GRPOTrainerLoggingAdvantages(GRPOTrainer):
-        def _generate_and_score_completions(self, inputs):
-            output = super()._generate_and_score_completions(inputs)
-            mode = "train" if self.model.training else "eval"
-            self._metrics[mode]["grpo/abs_advantage"].append(output["advantages"].abs().mean().item())
-            return output
-
-    return GRPOTrainerLoggingAdvantages
+from .rlvr import _grpo_trainer_class  # noqa: E402  (GRPOTrainer logging mean |A|; numpy-only import)
 
 
 def _curves(log_history) -> dict:
