@@ -86,6 +86,39 @@ def test_constant_and_random_baselines_match_a_brute_force_count_with_the_librar
     assert b["random_colouring"] == pytest.approx(sum(solved.values()) / (729 * len(entries)))
 
 
+def _fake(edges):
+    return {"metadata": {"puzzle": {"edges": [list(e) for e in edges]}}}
+
+
+def test_sft_colourings_mix_greedy_and_uniform_choices_as_documented():
+    rng = np.random.default_rng(0)
+    n = 20000
+    path = _fake([(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)])
+    # rho = 0: uniform colourings; a path is proper with probability (2/3)^5
+    c0 = sparse.sft_colourings(rng, [path] * n, 0.0)
+    assert c0.shape == (n, 6) and set(np.unique(c0)) == {1, 2, 3}
+    assert np.abs(np.bincount(c0.ravel(), minlength=4)[1:] / c0.size - 1 / 3).max() < 0.01
+    proper0 = np.all(c0[:, 1:] != c0[:, :-1], axis=1).mean()
+    assert abs(proper0 - (2 / 3) ** 5) < 4 * np.sqrt((2 / 3) ** 5 / n)
+    # rho = 1 on a path: every vertex has a free colour, so every colouring is proper
+    c1 = sparse.sft_colourings(rng, [path] * 2000, 1.0)
+    assert np.all(c1[:, 1:] != c1[:, :-1])
+    # one edge (0, 1): P(proper) = rho + (1 - rho) * 2/3, closed form
+    edge = _fake([(0, 1)])
+    for rho in (0.1, 0.5):
+        c = sparse.sft_colourings(rng, [edge] * n, rho)
+        p = rho + (1 - rho) * 2 / 3
+        assert abs((c[:, 0] != c[:, 1]).mean() - p) < 4 * np.sqrt(p * (1 - p) / n), rho
+    # K4 on 0..3 under rho = 1: vertices 0..2 get three distinct colours, vertex 3 has none free -> uniform
+    k4 = _fake([(u, v) for u in range(4) for v in range(u + 1, 4)])
+    c = sparse.sft_colourings(rng, [k4] * n, 1.0)
+    assert np.all(np.sort(c[:, :3], axis=1) == [1, 2, 3])
+    assert abs((c[:, 3] == c[:, 0]).mean() - 1 / 3) < 0.02
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="sft_greedy"):
+            sparse.sft_colourings(rng, [edge], bad)
+
+
 def test_warm_start_learns_the_format_not_the_task_and_is_cached_deterministically(tmp_path):
     import torch
 
@@ -113,7 +146,7 @@ def test_smoke_runs_both_trainers_end_to_end_and_resumes(smoke_out, capsys):
     chosen = summary["chosen_lr"]
     assert set(chosen) == {"tpo_mean", "grpo"}
     for arm in ("tpo_mean", "grpo"):                                          # the rule, recomputed here
-        means = {lr: np.mean([json.loads((out / f"{arm}_lr{lr:g}_seed{s}.json").read_text())["final_success"]
+        means = {lr: np.mean([json.loads((out / f"{arm}_lr{lr:g}_seed{s}.json").read_text())["auc_success"]
                               for s in b.grid_seeds]) for lr in b.lrs}
         best = max(means.values())
         assert chosen[arm] == min(lr for lr in b.lrs if means[lr] == best)
@@ -123,6 +156,7 @@ def test_smoke_runs_both_trainers_end_to_end_and_resumes(smoke_out, capsys):
             assert list(c["eval_step"]) == [0, 1, 2] and c["eval_success_t1"].shape == (3,)
             meta = json.loads((out / f"{arm}_lr{chosen[arm]:g}_seed{seed}.json").read_text())
             assert meta["final_success"] == pytest.approx(c["eval_success_t1"][-1])
+            assert meta["auc_success"] == pytest.approx(np.mean(c["eval_success_t1"][1:]))   # after step 0
             assert meta["config"]["arm"] == arm and meta["config"]["common"]["budget"]["k"] == b.k
     tpo, grpo = (np.load(out / f"{a}_lr{chosen[a]:g}_seed0.npz") for a in ("tpo_mean", "grpo"))
     assert np.isfinite(tpo["tpo_tv"]).all() and "tpo_tv" not in grpo.files       # the trainer's tpo/tv, by name

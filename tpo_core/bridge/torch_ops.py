@@ -4,8 +4,11 @@ Target Policy Optimization (Kaddour 2026, arXiv 2604.06159, §3; reference code
 github.com/JeanKaddour/tpo, ``src/tpo/algorithms.py``) in the conventions of ``tpo_core.losses``:
 
 * the **group** (the K completions of one prompt) is the **last** axis; leading axes are groups;
-* ``logp`` is the sequence log-prob under the policy being trained, ``logp_old`` under the frozen
-  rollout policy; for sequences both are the **sum** of token log-probs (see :func:`sequence_logp`);
+* ``logp`` is the sequence score under the policy being trained, ``logp_old`` under the frozen
+  rollout policy. :func:`sequence_logp` makes it from token log-probs in one of two named ways:
+  ``"sum"`` (the paper's ℓ, §2/§3.4: the exact log-probability) or ``"mean"`` (length-normalised, the
+  default of the paper author's TargetPO trainer proposed to TRL and of our bridges; evidence in
+  :mod:`tpo_core.bridge.trl`). The functions below take whichever score they are given;
 * ``scores`` are raw rewards; TPO standardises them inside the group.
 
 This module imports only ``torch`` (no JAX, no trainer). Everything is autograd friendly; the
@@ -19,9 +22,10 @@ of K = N/G, at θ = θ_old
    = \\nabla_\\theta \\Big(-\\tfrac1N \\sum_{i=1}^N w_i\\,\\ell_i(\\theta)\\Big),
    \\qquad w_i = \\tfrac NG\\,(q_i - p^{old}_i) = K\\,(q_i - p^{old}_i),
 
-with ``ℓ_i`` the token-**sum** log-prob of row i: a policy gradient with per-sequence advantage
-``w`` and "sequence-mean, token-sum" aggregation (verl's ``seq-mean-token-sum`` divided by the
-number of *sequences* N). Because it is a sum of per-row terms it holds under any row order,
+with ``ℓ_i`` the sequence score of row i. For ``"sum"`` this is a policy gradient with
+per-sequence advantage ``w`` and "sequence-mean, token-sum" aggregation (verl's
+``seq-mean-token-sum`` divided by the number of *sequences* N); for ``"mean"`` each row's token
+terms carry an extra 1/T_i (T_i its unmasked length), i.e. advantage ``w_i / T_i`` per token. Because it is a sum of per-row terms it holds under any row order,
 micro-batch split or data-parallel sharding of the rows. It holds only at θ_old: for later epochs
 (or later mini-batches of one rollout) the gradient needs the *current* group softmax p(θ), hence
 whole groups in one loss (:func:`tpo_loss`).
@@ -191,9 +195,12 @@ def tpo_loss(logp: torch.Tensor, logp_old: torch.Tensor, scores: torch.Tensor, e
 def sequence_logp(token_logp: torch.Tensor, mask: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
     r"""Sequence log-prob from per-token log-probs ``[..., T]`` and a completion mask ``[..., T]``.
 
-    ``reduce="sum"`` (the paper's): :math:`\ell = \sum_t m_t \log\pi(y_t|x, y_{<t})`, the exact
-    log-probability of the completion. ``reduce="mean"``: :math:`\sum_t m_t\log\pi / \max(1,\sum_t m_t)`,
-    a length-normalised score that is *not* a log-probability (an ablation).
+    ``reduce="sum"`` (the paper's ℓ, arXiv 2604.06159 §2): :math:`\ell = \sum_t m_t \log\pi(y_t|x, y_{<t})`,
+    the exact log-probability of the completion; its group softmax carries a length prior, and on a real LM
+    it is near one-hot within a group (``results/llm_spread``). ``reduce="mean"``:
+    :math:`\sum_t m_t\log\pi / \max(1,\sum_t m_t)`, a length-normalised score that is *not* a
+    log-probability; the default of the bridges (:data:`tpo_core.bridge.trl.SEQUENCE_SCORES`) and of the
+    paper author's TargetPO trainer. This function's own default stays ``"sum"``, the literal definition.
     """
     if reduce not in ("sum", "mean"):
         raise ValueError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
