@@ -42,6 +42,24 @@ def test_two_step_tpo_and_grpo_move_parameters_log_finite_diagnostics_and_resume
     assert out.count("already done") == 2 and "steps in" not in out
 
 
+def test_figure_draws_every_seed_and_the_seed_mean(tmp_path):
+    rng = np.random.default_rng(0)
+    curves = {}
+    for seed in (0, 3):                                               # constructed runs, 5 steps each
+        c = {key: rng.random(5) for key, _ in rlvr.FIGURE_PANELS}
+        np.savez(tmp_path / f"tpo_seed{seed}.npz", **c)
+        curves[seed] = c
+    np.savez(tmp_path / "tpo_seed7.partial.npz", **curves[0])         # in progress: not drawn
+    assert [r["seed"] for r in rlvr.load_runs(tmp_path)["tpo"]] == [0, 3]
+    fig = rlvr.figure(tmp_path)
+    reward = [t for t in fig.data if t.xaxis == "x" and t.fill is None]
+    by_name = {t.name: np.asarray(t.y) for t in reward}
+    np.testing.assert_allclose(by_name["tpo seed 0"], curves[0]["reward"])
+    np.testing.assert_allclose(by_name["tpo seed 3"], curves[3]["reward"])
+    np.testing.assert_allclose(by_name["tpo (2 seeds)"], (curves[0]["reward"] + curves[3]["reward"]) / 2)
+    assert len(reward) == 3
+
+
 def test_main_exit_2_with_one_line_on_bad_input(tmp_path, capsys):
     for argv in (["--task", "chess"], ["--budget", "huge"], ["--seeds", "a,b"], ["--steps", "0"],
                  ["--methods", "ppo"], ["--setting", "v99"], ["--measure-start", "2"], ["--measure-start", "0,8"]):

@@ -560,3 +560,29 @@ def test_training_programs_compile_with_the_fast_compile_preset_and_agree_with_x
             assert float(np.abs(np.asarray(default["loss"])).max()) > 0
     finally:
         train._clear_programs()
+
+
+def test_token_runs_log_entropy_of_p_old_and_tv_of_the_target_as_the_bridge_does():
+    """H(p_old) and TV(q, p_old) of episode 0, rebuilt in numpy from the engine's own rollout (means over all
+    groups, the definitions of torch_ops.tpo_diagnostics)."""
+    cfg = TokenConfig(method="tpo", **dict(TINY, episodes=1, eta=0.5))
+    program = tpo_core.make_token_program(cfg)
+    carry = program.init([0])
+    _, metrics = program.chunk(carry, 0, 1)
+    state = jax.tree.map(lambda a: a[0], carry)
+    batch, _ = jax.jit(program.chunk.parts["rollout"])(state["params"], state["key"], 0, state["knobs"])
+    lo = np.asarray(batch["logp_old"], np.float64)
+    s = np.asarray(batch["scores"], np.float64)
+    p_old = np.exp(lo - lo.max(-1, keepdims=True))
+    p_old /= p_old.sum(-1, keepdims=True)
+    c = s - s.mean(-1, keepdims=True)
+    sigma = np.sqrt((c ** 2).mean(-1, keepdims=True))
+    u = np.where(sigma > 1e-6, c / np.where(sigma > 1e-6, sigma, 1.0), c)
+    q = p_old * np.exp(u / 0.5)
+    q /= q.sum(-1, keepdims=True)
+    h = -(p_old * np.log(p_old)).sum(-1).mean()
+    tv = 0.5 * np.abs(q - p_old).sum(-1).mean()
+    assert 0 < h <= np.log(cfg.K) + 1e-6
+    np.testing.assert_allclose(float(metrics["entropy_p_old"][0, 0]), h, rtol=1e-4)
+    np.testing.assert_allclose(float(metrics["tv"][0, 0]), tv, rtol=1e-3, atol=1e-6)
+    assert (sigma[:, 0] > 1e-6).any() and tv > 0                     # an informative group moved the target

@@ -261,8 +261,12 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
                 q = L.tpo_target(lo, s, knobs["eta"], std_floor=knobs["std_floor"])
                 good = (s > s.mean(-1, keepdims=True)).astype(jnp.float32)
                 informative = (~zero).astype(jnp.float32)
+                p_old = jax.nn.softmax(lo, -1)
                 metrics.update(
                     zero_var_frac=zero.mean(),
+                    # means over all groups, as the PyTorch bridge logs tpo/entropy_p_old and tpo/tv
+                    entropy_p_old=-(p_old * jax.nn.log_softmax(lo, -1)).sum(-1).mean(),
+                    tv=0.5 * jnp.abs(q - p_old).sum(-1).mean(),
                     success_mass=((q * good).sum(-1) * informative).sum() / jnp.maximum(informative.sum(), 1.0),
                     success_mass_old=((jax.nn.softmax(lo, -1) * good).sum(-1) * informative).sum()
                     / jnp.maximum(informative.sum(), 1.0))
@@ -271,7 +275,8 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
                     metrics.update(track_q=q[idx], track_p=jnp.moveaxis(p_track, 0, 1),  # p: [n_track, epochs, K]
                                    track_scores=s[idx], track_informative=~zero[idx])
             else:
-                metrics.update(zero_var_frac=jnp.zeros(()), success_mass=jnp.zeros(()), success_mass_old=jnp.zeros(()))
+                metrics.update({k: jnp.zeros(()) for k in ("zero_var_frac", "success_mass", "success_mass_old",
+                                                            "entropy_p_old", "tv")})
         return dict(state, params=params, opt=opt), metrics
 
     @functools.partial(runtime.TopLevelJit, static_argnums=2, options=runtime.chunk_compiler_options())

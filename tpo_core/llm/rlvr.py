@@ -437,12 +437,13 @@ FIGURE_PANELS = (("reward", "mean reward"), ("zero_variance_frac", "groups with 
 
 def load_runs(out) -> dict:
     """{method: [curves of each finished seed, in seed order]} from ``out/<method>_seed<s>.npz`` (a run still
-    in progress, ``.partial.npz``, is left out)."""
+    in progress, ``.partial.npz``, is left out); each run's dict also holds its ``seed`` (an int)."""
     by_method: dict[str, list] = {}
     paths = [p for p in pathlib.Path(out).glob("*_seed*.npz") if not p.name.endswith(".partial.npz")]
     for path in sorted(paths, key=lambda p: (p.name.rsplit("_seed", 1)[0], int(p.stem.rsplit("_seed", 1)[1]))):
         with np.load(path) as f:
-            by_method.setdefault(path.name.rsplit("_seed", 1)[0], []).append({k: f[k] for k in f.files})
+            by_method.setdefault(path.name.rsplit("_seed", 1)[0], []).append(
+                {k: f[k] for k in f.files} | {"seed": int(path.stem.rsplit("_seed", 1)[1])})
     return by_method
 
 
@@ -454,8 +455,9 @@ def figure_html(out) -> str:
 
 
 def figure(out):
-    """Every finished run in ``out``: per method, the seed mean ± 1 SE of each curve over optimizer steps
-    (a plotly figure; the book shows it, :func:`figure_html` writes it)."""
+    """Every finished run in ``out``: per method, each seed as a thin line and the seed mean ± 1 SE as a thick
+    line and band, per curve over optimizer steps (a plotly figure; :func:`figure_html` writes it). RL outcomes
+    per seed are heavy-tailed, so the seeds are drawn, not only their mean."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -478,16 +480,23 @@ def figure(out):
             se = seed_se(y, axis=0) if len(y) > 1 else np.zeros_like(mean)
             x = np.arange(1, steps + 1)
             row, col = n // 3 + 1, n % 3 + 1
+            for r, yi in zip(runs, y):
+                fig.add_trace(go.Scatter(x=x, y=yi, mode="lines", line=dict(color=c, dash=dash, width=0.8),
+                                         opacity=0.45, name=f"{method} seed {r['seed']}", legendgroup=method,
+                                         showlegend=False, hovertemplate=f"{method} seed {r['seed']}: %{{y:.3g}}"),
+                              row, col)
             fig.add_trace(go.Scatter(x=np.concatenate([x, x[::-1]]), y=np.concatenate([mean + se, (mean - se)[::-1]]),
                                      fill="toself", fillcolor=c, opacity=0.15, line=dict(width=0), hoverinfo="skip",
                                      showlegend=False, legendgroup=method), row, col)
             fig.add_trace(go.Scatter(x=x, y=mean, name=f"{method} ({len(runs)} seed{'s' * (len(runs) > 1)})",
-                                     legendgroup=method, showlegend=n == 0, line=dict(color=c, dash=dash)), row, col)
+                                     legendgroup=method, showlegend=n == 0, line=dict(color=c, dash=dash, width=3)),
+                          row, col)
     summary_path = out / "summary.json"
     title = "TPO vs GRPO on a real LM"
     if summary_path.is_file():
         cfg = json.loads(summary_path.read_text())["config"]
-        title += f": {cfg['task']} ({cfg['setting']}), K = {cfg['budget']['k']}, seed mean ± 1 SE"
+        title += (f": {cfg['task']} ({cfg['setting']}), K = {cfg['budget']['k']}, thin: each seed, "
+                  "thick: seed mean ± 1 SE")
     fig.update_layout(title=title, template="plotly_white", height=620, legend=dict(orientation="h", y=-0.1))
     fig.update_xaxes(title_text="optimizer step")
     return fig

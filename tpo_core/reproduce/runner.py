@@ -174,7 +174,8 @@ def finished_seeds(name: str, budget: str, out) -> dict:
         got = [(s, load_run_file(seed_file(out, r, s), r.seed_hash(s))) for s in r.seeds]
         got = [(s, g[0]) for s, g in got if g is not None]
         if got:
-            found[r.key] = ([s for s, _ in got], {k: np.concatenate([c[k] for _, c in got]) for k in got[0][1]})
+            keys = set.intersection(*(set(c) for _, c in got))   # seeds from before a metric was added lack it
+            found[r.key] = ([s for s, _ in got], {k: np.concatenate([c[k] for _, c in got]) for k in sorted(keys)})
     return found
 
 
