@@ -159,6 +159,36 @@ def bag_for_sequential(cand_correct, behaviour_correct, reward):
     return cand_correct.astype(jnp.float32)
 
 
+def np_sequence_weights(logp, logp_old, scores, eta):
+    """K (q - p) at the current logp: -N times the gradient of the mean group loss (N = G K sequences)."""
+    K = np.shape(logp)[-1]
+    return K * (np_target(logp_old, scores, eta) - np_softmax(logp))
+
+
+def route_a_weights(logp, logp_old, scores, eta):
+    """Route A's weights K (q - p_old): right at logp == logp_old only."""
+    K = logp.shape[-1]
+    return K * (jax.nn.softmax(logp_old + jnp_u(scores) / eta) - jax.nn.softmax(logp_old))
+
+
+def no_k_weights(logp, logp_old, scores, eta):
+    return jax.nn.softmax(logp_old + jnp_u(scores) / eta) - jax.nn.softmax(logp)
+
+
+def negated_weights(logp, logp_old, scores, eta):
+    return -np_sequence_weights(logp, logp_old, scores, eta)
+
+
+def wrong_axis_weights(logp, logp_old, scores, eta):
+    K = logp.shape[-1]
+    return K * (jax.nn.softmax(logp_old + jnp_u(scores) / eta, axis=0) - jax.nn.softmax(logp, axis=0))
+
+
+def q_from_p_weights(logp, logp_old, scores, eta):
+    K = logp.shape[-1]
+    return K * (jax.nn.softmax(logp + jnp_u(scores) / eta) - jax.nn.softmax(logp))
+
+
 CASES = [
     (X.check_standardize, np_standardize, [sample_std_standardize, no_floor_standardize, batch_axis_standardize]),
     (X.check_tpo_target, np_target, [wrong_axis_target, no_anchor_target, times_eta_target, sample_std_target]),
@@ -167,6 +197,8 @@ CASES = [
     (X.check_k3, np_k3, [inverted_k3, k1]),
     (X.check_sequence_logprob, np_seq_logp, [mean_seq_logp, unmasked_seq_logp]),
     (X.check_candidate_rewards, np_candidate_rewards, [inclusive_prefix_rewards, bag_for_sequential]),
+    (X.check_sequence_weights, np_sequence_weights, [route_a_weights, no_k_weights, negated_weights, wrong_axis_weights,
+                                                     q_from_p_weights]),
 ]
 
 
@@ -203,6 +235,11 @@ def test_a_missing_stop_gradient_is_caught_by_the_gradient_not_the_value():
     (X.check_k3, inverted_k3, "wrong way round"),
     (X.check_sequence_logprob, mean_seq_logp, "mean over tokens"),
     (X.check_candidate_rewards, inclusive_prefix_rewards, "includes state t"),
+    (X.check_sequence_weights, route_a_weights, "Route A's first-step weights K(q - p_old) after the policy moved"),
+    (X.check_sequence_weights, no_k_weights, "factor K"),
+    (X.check_sequence_weights, negated_weights, "wrong sign"),
+    (X.check_sequence_weights, wrong_axis_weights, "wrong axis"),
+    (X.check_sequence_weights, q_from_p_weights, "q from the current p instead of p_old"),
 ])
 def test_known_bugs_are_named(checker, buggy, hint):
     with pytest.raises(AssertionError) as info:
@@ -251,3 +288,157 @@ def test_other_errors_in_the_readers_code_propagate():
 def test_bad_arguments_raise_value_error_naming_them(call, name):
     with pytest.raises(ValueError, match=f"^{name} "):
         call()
+
+
+# --------------------------------------------------------------------------------------------
+# ch. 10: the sequence weights at the current policy
+# --------------------------------------------------------------------------------------------
+def test_route_a_weights_pass_at_the_rollout_and_fail_after_a_step():
+    # at logp == logp_old, K (q - p_old) is right; the checker must reject it on the moved inputs
+    rng = np.random.default_rng(1)
+    lo = jnp.asarray(rng.normal(size=(3, 6)) - 5.0, jnp.float32)
+    s = jnp.asarray(rng.integers(0, 2, size=(3, 6)), jnp.float32)
+    np.testing.assert_allclose(route_a_weights(lo, lo, s, 1.0), np_sequence_weights(lo, lo, s, 1.0), atol=1e-5)
+    with pytest.raises(AssertionError, match=r"after the policy moved.*differs(.*\n)*.*hint: .*Route A"):
+        X.check_sequence_weights(route_a_weights)
+
+
+def test_sequence_weights_match_the_bridge_at_the_rollout():
+    # the sign convention: at θ = θ_old the weights are tpo_sequence_weights' K (q - p_old)
+    torch = pytest.importorskip("torch")
+    from tpo_core.bridge import torch_ops as T
+
+    rng = np.random.default_rng(2)
+    G, K = 3, 5
+    lo = rng.normal(size=(G, K)) - 6.0
+    s = rng.integers(0, 3, size=(G, K)).astype(float)
+    w_bridge = T.tpo_sequence_weights(torch.tensor(lo.ravel()), torch.tensor(s.ravel()), np.repeat(np.arange(G), K),
+                                      eta=0.5).numpy().reshape(G, K)
+    np.testing.assert_allclose(np_sequence_weights(lo, lo, s, 0.5), w_bridge, atol=1e-10)
+
+
+def test_sequence_weights_are_minus_n_times_the_loss_gradient():
+    rng = np.random.default_rng(3)
+    lo = rng.normal(size=(4, 6)) - 6.0
+    lp = lo + rng.normal(size=(4, 6))
+    s = rng.normal(size=(4, 6))
+    g = np.asarray(jax.grad(jnp_tpo_loss)(jnp.asarray(lp, jnp.float32), jnp.asarray(lo, jnp.float32),
+                                          jnp.asarray(s, jnp.float32), 2.0))
+    np.testing.assert_allclose(np_sequence_weights(lp, lo, s, 2.0), -4 * 6 * g, atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# ch. 9: mini-batches of whole groups
+# --------------------------------------------------------------------------------------------
+def group_minibatches(n_prompts, K, n_minibatches, rng):
+    """Shuffle the prompts, cut them into equal parts, and list each prompt's K rows together."""
+    if n_prompts % n_minibatches:
+        raise ValueError(f"{n_minibatches} mini-batches cannot split {n_prompts} prompts equally")
+    per = n_prompts // n_minibatches
+    prompts = list(rng.permutation(n_prompts))
+    return [np.array([p * K + k for p in prompts[i * per:(i + 1) * per] for k in range(K)], dtype=np.int64)
+            for i in range(n_minibatches)]
+
+
+def shuffled_rows(n_prompts, K, n_minibatches, rng):
+    if n_prompts % n_minibatches:
+        raise ValueError("uneven")
+    return np.split(rng.permutation(n_prompts * K), n_minibatches)
+
+
+def contiguous_array_split(n_prompts, K, n_minibatches, rng):
+    order = rng.permutation(n_prompts)
+    return np.array_split((order[:, None] * K + np.arange(K)).ravel(), n_minibatches)
+
+
+def with_replacement(n_prompts, K, n_minibatches, rng):
+    if n_prompts % n_minibatches:
+        raise ValueError("uneven")
+    order = rng.choice(n_prompts, n_prompts)
+    return [(p[:, None] * K + np.arange(K)).ravel() for p in np.split(order, n_minibatches)]
+
+
+def dropped_last_prompt(n_prompts, K, n_minibatches, rng):
+    if n_prompts % n_minibatches:
+        raise ValueError("uneven")
+    order = rng.permutation(n_prompts)
+    batches = [(p[:, None] * K + np.arange(K)).ravel() for p in np.split(order, n_minibatches)]
+    batches[-1] = batches[-1][:-K] if batches[-1].size > K else batches[-1][:-1]
+    return batches
+
+
+def k_major(n_prompts, K, n_minibatches, rng):
+    if n_prompts % n_minibatches:
+        raise ValueError("uneven")
+    order = rng.permutation(n_prompts)
+    return [(p[:, None] + np.arange(K) * n_prompts).ravel() for p in np.split(order, n_minibatches)]
+
+
+def unshuffled(n_prompts, K, n_minibatches, rng):
+    if n_prompts % n_minibatches:
+        raise ValueError("uneven")
+    return np.split(np.arange(n_prompts * K), n_minibatches)
+
+
+def global_rng(n_prompts, K, n_minibatches, rng):
+    return group_minibatches(n_prompts, K, n_minibatches, np.random.default_rng(np.random.randint(2**31)))
+
+
+def fixed_seed(n_prompts, K, n_minibatches, rng):
+    return group_minibatches(n_prompts, K, n_minibatches, np.random.default_rng(0))
+
+
+def interleaved_groups(n_prompts, K, n_minibatches, rng):
+    batches = group_minibatches(n_prompts, K, n_minibatches, rng)
+    return [b.reshape(-1, K).T.ravel() for b in batches]      # whole groups, but k-major inside the mini-batch
+
+
+def test_group_minibatches_passes_a_correct_function(capsys):
+    X.check_group_minibatches(group_minibatches)
+    assert capsys.readouterr().out.startswith("passed: check_group_minibatches(group_minibatches)")
+
+
+def test_group_minibatches_accepts_lists_and_other_seeds(capsys):
+    as_lists = lambda *a: [b.tolist() for b in group_minibatches(*a)]  # noqa: E731
+    X.check_group_minibatches(as_lists, trials=3, seed=11)
+    assert capsys.readouterr().out.startswith("passed:")
+
+
+@pytest.mark.parametrize("buggy,message", [
+    (shuffled_rows, r"does not hold whole groups(.*\n)*.*hint: .*shuffling rows"),
+    (contiguous_array_split, r"instead of raising ValueError(.*\n)*.*hint: .*np.array_split"),
+    (with_replacement, r"every row exactly once(.*\n)*.*hint: .*with replacement"),
+    (dropped_last_prompt, r"every row exactly once(.*\n)*.*never appear(.*\n)*.*hint: .*missing rows"),
+    (k_major, r"does not hold whole groups(.*\n)*.*hint: .*K-major"),
+    (unshuffled, r"never shuffles the prompts"),
+    (global_rng, r"two generators with the same seed"),
+    (fixed_seed, r"three generators with different seeds"),
+    (interleaved_groups, r"not next to each other"),
+], ids=lambda x: getattr(x, "__name__", "msg"))
+def test_group_minibatches_names_the_bug(buggy, message, capsys):
+    with pytest.raises(AssertionError, match=message):
+        X.check_group_minibatches(buggy)
+    assert X.attempt(X.check_group_minibatches, buggy) is False
+    assert capsys.readouterr().out.startswith("not solved yet: ")
+
+
+def test_group_minibatches_hints_can_be_hidden():
+    with pytest.raises(AssertionError) as info:
+        X.check_group_minibatches(shuffled_rows, show_hints=False)
+    assert "does not hold whole groups" in str(info.value) and "hint:" not in str(info.value)
+
+
+def test_group_minibatches_reports_what_is_not_a_list_of_index_arrays():
+    with pytest.raises(AssertionError, match="expected a list of index arrays"):
+        X.check_group_minibatches(lambda n, K, M, rng: None)
+    with pytest.raises(AssertionError, match="integer row indices"):
+        X.check_group_minibatches(lambda *a: [b.astype(float) for b in group_minibatches(*a)])
+    with pytest.raises(AssertionError, match="expected n_minibatches = 3"):
+        X.check_group_minibatches(lambda n, K, M, rng: group_minibatches(n, K, 1, rng))
+
+
+def test_attempt_returns_false_for_the_weight_bugs(capsys):
+    assert X.attempt(X.check_sequence_weights, route_a_weights) is False
+    out = capsys.readouterr().out
+    assert out.startswith("not solved yet: route_a_weights(logp, logp_old, scores") and "Route A" in out
+    assert X.attempt(X.check_sequence_weights, np_sequence_weights) is True

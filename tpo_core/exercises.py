@@ -23,7 +23,9 @@ Usage (the pattern of the book's starter cells)::
 Checkers and the chapters that use them: :func:`check_standardize` (ch. 1), :func:`check_tpo_target`
 (ch. 2), :func:`check_tpo_loss_grad`, :func:`check_grpo_advantages`, :func:`check_k3` and
 :func:`check_sequence_logprob` (ch. 3, and the silent bug of ch. 7), :func:`check_candidate_rewards`
-(the silent bug of ch. 5).
+(the silent bug of ch. 5), :func:`check_group_minibatches` (ch. 9) and :func:`check_sequence_weights`
+(ch. 10). :func:`check_group_minibatches` checks index arrays, not numbers: its ``fn`` gets plain
+Python integers and a NumPy random generator.
 """
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ from . import losses as L
 from . import tasks
 
 __all__ = ["attempt", "check_standardize", "check_tpo_target", "check_tpo_loss_grad", "check_grpo_advantages",
-           "check_k3", "check_sequence_logprob", "check_candidate_rewards"]
+           "check_k3", "check_sequence_logprob", "check_candidate_rewards", "check_group_minibatches",
+           "check_sequence_weights"]
 
 ATOL = 1e-4   # float32 on values of order 1 (u up to sqrt(K - 1), probabilities, log-probs)
 RTOL = 1e-4
@@ -467,3 +470,249 @@ def check_candidate_rewards(fn: Callable, trials: int = 8, seed: int = 6, show_h
                      _candidate_rewards(jnp.asarray(cc), jnp.asarray(bc), reward),
                      {"behaviour_correct": bc.astype(int), "cand_correct": cc.astype(int)}, hints)
     _passed("check_candidate_rewards", fn, trials * 2, "tpo_core.tasks.candidate_rewards")
+
+
+# --------------------------------------------------------------------------------------------
+# chapter 9: mini-batches of whole groups
+# --------------------------------------------------------------------------------------------
+# (n_prompts, K, n_minibatches): K = 1 never (a group of one has no signal), n_minibatches from 1 to n_prompts
+_MINIBATCH_CASES = ((12, 4, 3), (6, 5, 2), (10, 3, 5), (8, 6, 4), (9, 7, 3), (5, 3, 1), (7, 2, 7), (12, 8, 6))
+
+
+def _hint(description: str) -> list[str]:
+    return [f"  hint: that looks like {description}"] if _SHOW_HINTS[0] else []
+
+
+def _index_arrays(call: str, out, n_minibatches: int) -> list[np.ndarray]:
+    """``out`` as a list of 1-D integer arrays (lists, NumPy, JAX or torch), or AssertionError saying why not."""
+    try:
+        batches = [np.asarray(b) for b in out]
+    except TypeError:
+        raise AssertionError(f"{call} returned {type(out).__name__}, expected a list of index arrays") from None
+    if len(batches) != n_minibatches:
+        raise AssertionError(f"{call} returned {len(batches)} mini-batch(es), expected n_minibatches = {n_minibatches}")
+    for j, b in enumerate(batches):
+        if b.ndim != 1:
+            raise AssertionError(f"{call}: mini-batch {j} has shape {b.shape}, expected a 1-D array of row indices")
+        if b.dtype == bool or not np.issubdtype(b.dtype, np.integer):
+            raise AssertionError(f"{call}: mini-batch {j} holds {b.dtype} values, expected integer row indices "
+                                 f"(e.g. np.int64)")
+    return batches
+
+
+def _cut_group(batches: list[np.ndarray], K: int):
+    """The first mini-batch whose ``reshape(-1, K)`` is not one whole group per row: ``(j, prompt)``, else None."""
+    for j, b in enumerate(batches):
+        if b.size % K:
+            return j, int(b[0] // K) if b.size else -1
+        owner = b.reshape(-1, K) // K
+        bad = np.flatnonzero((owner != owner[:, :1]).any(1) | (np.sort(b.reshape(-1, K), 1) % K != np.arange(K)).any(1))
+        if bad.size:
+            return j, int(owner[bad[0], 0])
+    return None
+
+
+def _whole_groups(owner: np.ndarray, n_prompts: int, K: int) -> bool:
+    """True when every prompt in ``owner`` (each row's prompt) appears exactly 0 or K times."""
+    return set(np.bincount(owner, minlength=n_prompts).tolist()) <= {0, K}
+
+
+@jax.jit
+def _minibatch_and_full_loss(logp, logp_old, scores, index, eta):
+    """The mean over mini-batches ``index`` ``[M, rows]`` of ``tpo_loss`` on each (as ``[groups, K]``), and the
+    full-batch ``tpo_loss`` on ``[n_prompts, K]``: one compile per shape."""
+    K = logp.shape[-1]
+    take = lambda a, rows: a.reshape(-1)[rows].reshape(-1, K)  # noqa: E731
+    per_batch = jax.vmap(lambda rows: L.tpo_loss(take(logp, rows), take(logp_old, rows), take(scores, rows), eta))
+    return per_batch(index).mean(), L.tpo_loss(logp, logp_old, scores, eta)
+
+
+def _prompt_order(batches: list[np.ndarray], K: int) -> np.ndarray:
+    return np.concatenate(batches).reshape(-1, K)[:, 0] // K
+
+
+def check_group_minibatches(fn: Callable, trials: int = 8, seed: int = 7, show_hints: bool = True) -> None:
+    r"""Check ``fn(n_prompts, K, n_minibatches, rng) -> [idx_0, …]``: shuffled mini-batches of whole groups.
+
+    A trainer stores the ``n_prompts * K`` completions prompt-major: row ``r`` is completion ``r % K``
+    of prompt ``r // K``. ``fn`` gets Python integers and a ``numpy.random.Generator`` and must return
+    ``n_minibatches`` 1-D integer index arrays over those rows that
+
+    - hold every row exactly once, together;
+    - hold whole groups, a group's ``K`` rows next to each other (``rows[idx].reshape(-1, K)`` is one
+      group per row: TPO's softmax and standardisation run over the group);
+    - hold equally many groups (``n_prompts / n_minibatches``), so that the mean of the mini-batch
+      losses is the full-batch loss;
+    - list the prompts in an order drawn from ``rng``: shuffled, and the same again for a generator
+      with the same seed;
+
+    and ``fn`` must raise ``ValueError`` when ``n_minibatches`` does not divide ``n_prompts``. On random
+    groups the checker then compares the mean over the mini-batches of :func:`tpo_core.losses.tpo_loss`
+    with the full-batch loss.
+    """
+    _check_callable("fn", fn)
+    _check_trials(trials)
+    _SHOW_HINTS[0] = bool(show_hints)
+    rng = np.random.default_rng(seed)
+    orders = []
+    for t in range(trials):
+        n, K, M = _MINIBATCH_CASES[t % len(_MINIBATCH_CASES)]
+        call = f"{_name(fn)}(n_prompts={n}, K={K}, n_minibatches={M}, rng)"
+        child = int(rng.integers(2**31))
+        batches = _index_arrays(call, fn(n, K, M, np.random.default_rng(child)), M)
+        rows = np.concatenate(batches)
+
+        # every row exactly once
+        outside = rows[(rows < 0) | (rows >= n * K)]
+        if outside.size:
+            raise AssertionError(f"{call} returned row indices outside 0 … {n * K - 1}: {_fmt(np.unique(outside))}")
+        counts = np.bincount(rows, minlength=n * K)
+        if (counts != 1).any():
+            dup, missing = np.flatnonzero(counts > 1), np.flatnonzero(counts == 0)
+            lines = [f"{call} does not return every row exactly once (rows are 0 … {n * K - 1}):"]
+            if dup.size:
+                lines.append(f"  rows that appear more than once: {_fmt(dup)}")
+            if missing.size:
+                lines.append(f"  rows that never appear: {_fmt(missing)}")
+            if dup.size and (counts.reshape(n, K) == counts.reshape(n, K)[:, :1]).all():
+                lines += _hint("prompts drawn with replacement (rng.choice(n_prompts, n_prompts) or rng.integers) "
+                               "instead of a permutation (rng.permutation(n_prompts))")
+            elif dup.size:
+                lines += _hint("duplicate rows: rows drawn with replacement, or mini-batches that overlap")
+            else:
+                lines += _hint("missing rows: a mini-batch size rounded down, or a slice that stops early")
+            raise AssertionError("\n".join(lines))
+
+        # whole groups, each group's rows together
+        cut = _cut_group(batches, K)
+        if cut is not None:
+            j, p = cut
+            b = batches[j]
+            lines = [f"mini-batch {j} of {call} does not hold whole groups, one after the other:",
+                     f"  mini-batch {j} = {_fmt(b)}"]
+            if 0 <= p < n and (b // K == p).sum() != K:
+                lines.append(f"  it holds rows {_fmt(np.sort(b[b // K == p]))} of prompt {p}, whose group is rows "
+                             f"{p * K} … {p * K + K - 1}")
+            if all(_whole_groups(b // K, n, K) for b in batches):
+                lines.append(f"  every prompt it holds is complete, but its K rows are not next to each other: "
+                             f"idx.reshape(-1, K)[0] = {_fmt(b[:K])} mixes prompts {_fmt(np.unique(b[:K] // K))}; "
+                             f"idx.reshape(-1, K) must give one group per row")
+            elif all(_whole_groups(b % n, n, K) for b in batches):
+                lines += _hint("rows laid out K-major (prompt + k * n_prompts) instead of prompt-major "
+                               "(prompt * K + k): row r belongs to prompt r // K")
+            elif _cut_group([rows], K) is None:
+                lines += _hint("chunking the rows at boundaries that are not multiples of K (np.array_split of the "
+                               "rows, or a row count per mini-batch that K does not divide)")
+            else:
+                lines += _hint("shuffling rows (rng.permutation(n_prompts * K)) instead of prompts: permute the "
+                               "prompts, then take all K rows of each")
+            raise AssertionError("\n".join(lines))
+
+        # equal sizes
+        sizes = [b.size for b in batches]
+        if len(set(sizes)) > 1:
+            raise AssertionError(f"{call} returned mini-batches of {sizes} rows: they must be equal "
+                                 f"({n // M} groups of {K} each), or the mean of the mini-batch losses weights "
+                                 f"groups unequally")
+
+        # the same batches for the same seed
+        again = _index_arrays(call, fn(n, K, M, np.random.default_rng(child)), M)
+        if len(again) != len(batches) or not all(np.array_equal(a, b) for a, b in zip(again, batches)):
+            raise AssertionError(f"{call} returned different mini-batches for two generators with the same seed: "
+                                 f"draw every random number from rng (not np.random or random), so that a run can "
+                                 f"be reproduced")
+        orders.append(_prompt_order(batches, K))
+
+        # the mean of the mini-batch losses is the full-batch loss
+        lp = (2.0 * rng.normal(size=(n, K)) - 8.0).astype(np.float32)
+        lo = (lp + rng.normal(size=(n, K))).astype(np.float32)
+        s = _scores(rng, (n, K), t)
+        eta = float(rng.choice([1.0, 0.5, 2.0]))
+        got, want = _minibatch_and_full_loss(lp, lo, s, np.stack(batches), eta)
+        _compare(f"the mean over the mini-batches of {call} of tpo_core.tpo_loss", got, want,
+                 {"logp": lp, "logp_old": lo, "scores": s})
+
+        # n_minibatches that does not divide n_prompts: a ValueError, not cut groups or unequal batches
+        bad = next(m for m in range(2, n + 2) if n % m)
+        call_bad = f"{_name(fn)}(n_prompts={n}, K={K}, n_minibatches={bad}, rng)"
+        try:
+            out = fn(n, K, bad, np.random.default_rng(child))
+        except ValueError:
+            pass
+        else:
+            lines = [f"{call_bad} returned instead of raising ValueError: {n} prompts cannot be split into {bad} "
+                     f"equal mini-batches of whole groups"]
+            try:
+                got = [np.asarray(b) for b in out]
+                cuts = _cut_group(got, K) is not None
+            except Exception:  # noqa: BLE001 - whatever it returned, the message above says what is wrong
+                got, cuts = None, False
+            if got is not None and (cuts or len({b.size for b in got}) > 1):
+                lines += _hint("splitting the rows into n_minibatches contiguous chunks (np.array_split), which "
+                               "cuts groups or gives unequal mini-batches when n_minibatches does not divide "
+                               "n_prompts")
+            raise AssertionError("\n".join(lines))
+
+    # shuffled, and by rng
+    if all(np.array_equal(o, np.arange(o.size)) for o in orders):
+        raise AssertionError(f"{_name(fn)} never shuffles the prompts: in all {trials} calls they come in their stored "
+                             f"order 0, 1, 2, …; draw their order from rng (rng.permutation(n_prompts)) so that "
+                             f"each mini-batch mixes prompts from the whole batch")
+    n, K, M = _MINIBATCH_CASES[0]
+    seen = {tuple(_prompt_order(_index_arrays(f"{_name(fn)}(n_prompts={n}, K={K}, n_minibatches={M}, rng)",
+                                              fn(n, K, M, np.random.default_rng(seed + 1000 + i)), M), K))
+            for i in range(3)}
+    if len(seen) == 1:
+        raise AssertionError(f"{_name(fn)}(n_prompts={n}, K={K}, n_minibatches={M}, rng) orders the prompts the same "
+                             f"way for three generators with different seeds: draw the order from the rng argument "
+                             f"(rng.permutation(n_prompts)), not from a fixed seed")
+    _passed("check_group_minibatches", fn, trials, "whole-group mini-batches and tpo_core.losses.tpo_loss")
+
+
+# --------------------------------------------------------------------------------------------
+# chapter 10: per-sequence policy-gradient weights at the current policy
+# --------------------------------------------------------------------------------------------
+def check_sequence_weights(fn: Callable, trials: int = 8, seed: int = 8, show_hints: bool = True) -> None:
+    r"""Check ``fn(logp, logp_old, scores, eta) -> w``: per-sequence weights whose policy gradient is TPO's.
+
+    For groups ``[G, K]`` (``N = G K`` sequences) and the surrogate :math:`-\frac1N\sum_i w_i\,\ell_i(\theta)`,
+
+    .. math:: w_i = -N\,\frac{\partial L_{TPO}}{\partial \ell_i} = K\,(q_i - p_i),\qquad
+              p = \mathrm{softmax}(\ell),\quad q \propto p^{old} e^{u/\eta}
+
+    at the **current** log-probs ``logp``, with the frozen target ``q`` of :func:`check_tpo_target`.
+    At ``logp == logp_old`` (the first optimizer step on a rollout) it is Route A's
+    :func:`tpo_core.bridge.torch_ops.tpo_sequence_weights`, :math:`K(q - p^{old})`; after a step it is
+    not. Checked at the rollout and after the policy has moved. Reference: ``jax.grad`` of
+    :func:`tpo_core.losses.tpo_loss`, times :math:`-N`.
+    """
+    call_fn = _begin(fn, trials, show_hints)
+    for t, rng, shape in _cases(seed, trials, shapes=((4, 8), (3, 5), (2, 16))):
+        G, K = shape
+        s = _scores(rng, shape, t)
+        lo = (2.0 * rng.normal(size=shape) - 8.0).astype(np.float32)
+        eta = float(rng.choice([1.0, 0.5, 2.0])) if t % 3 else 1.0
+        u = np.asarray(_standardize(s))
+        q = np.asarray(_tpo_target(lo, s, eta))
+        for moved in (False, True):
+            lp = (lo + rng.normal(size=shape)).astype(np.float32) if moved else lo.copy()
+            where = "after the policy moved (logp != logp_old)" if moved else "at the rollout (logp == logp_old)"
+            p, p_old = _softmax(lp), _softmax(lo)
+            want = -G * K * np.asarray(_tpo_loss_grad(_f32(lp), lo, s, eta), np.float64)
+            hints = {
+                "reusing Route A's first-step weights K(q - p_old) after the policy moved (they are exact at "
+                "θ_old only: the weight depends on θ through p = softmax(logp))": lambda: K * (q - p_old),
+                "forgetting the factor K (q - p instead of K(q - p))": lambda: q - p,
+                "the wrong sign (K(p - q))": lambda: K * (p - q),
+                "the loss gradient (p - q)/G instead of the weight -N ∂L/∂logp = K(q - p)": lambda: (p - q) / G,
+                "a softmax over the wrong axis (not the group axis, the last one)":
+                    lambda: K * (_softmax(lo + u / eta, axis=0) - _softmax(lp, axis=0)),
+                "p = softmax(logp) over the wrong axis (not the group axis, the last one)":
+                    lambda: K * (q - _softmax(lp, axis=0)),
+                "building q from the current p instead of p_old (q ∝ p_old·exp(u/η) is frozen at the rollout)":
+                    lambda: K * (_softmax(lp + u / eta) - p),
+            }
+            _compare(f"{_name(fn)}(logp, logp_old, scores, eta={eta:g}) {where}",
+                     call_fn(_f32(lp), _f32(lo), _f32(s), eta), want,
+                     {"logp": lp, "logp_old": lo, "scores": s}, hints)
+    _passed("check_sequence_weights", fn, trials * 2, "-N · jax.grad(tpo_core.losses.tpo_loss)")
