@@ -5,7 +5,7 @@
 Each row is a verdict that can fail (see :mod:`tpo_core.reproduce.stats`): *consistent*, *inconsistent* or
 *inconclusive*, and only for runs at the paper's own setting; a smaller budget shows "no paper number at
 this setting". Public functions (the book and the demo call them): :func:`load_summaries`,
-:func:`to_markdown`, :func:`to_html`, :func:`reference_table`.
+:func:`to_markdown`, :func:`to_html`, :func:`reference_table`, :func:`seedwise_table`.
 """
 from __future__ import annotations
 
@@ -131,6 +131,50 @@ def reference_table(ref: dict) -> list[str]:
     return lines + [""]
 
 
+def _seedwise_side(d: dict, side: str, key: str) -> str:
+    """'mean (median)' of one side of one statistic of :func:`tpo_core.reproduce.seedwise.compare`."""
+    mean, median = d[f"mean_{side}"], d[f"median_{side}"]
+    if key == "steps":
+        never = d[f"never_{side}"]
+        return (f"median {'never' if median is None else f'{median:.0f}'}, mean {mean:.0f}"
+                + (f" ({never} never: counted at T)" if never else ""))
+    return f"mean {mean:.1f}, median {median:.1f}"
+
+
+def seedwise_table(sw: dict) -> list[str]:
+    """Markdown lines: the seed-by-seed comparisons of Table 3's H = 10 runs (:mod:`tpo_core.reproduce.seedwise`),
+    one row per statistic, the verdict of its rule in each comparison's first row, then what became of the seeds."""
+    from .reproduce.seedwise import STATISTICS
+
+    lines = ["Seed by seed (`tpo_core.reproduce.seedwise`): per seed, the late-phase mean error (second half of the run), "
+             "the final error (last 10 episodes), the steps to 10 % error and whether it ever solved (below 5 %); "
+             "permutation test of equal means and two-sided Mann-Whitney rank test for the first three, Fisher's "
+             f"exact test on the never-solved counts. Rule: {sw['rule']}.", ""]
+    head = ["comparison (A vs B)", "seeds A / B", "statistic", "A", "B", "permutation p", "rank p / Fisher p", "verdict"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, c in sw["comparisons"].items():
+        st = c["statistics"]
+        for i, key in enumerate(("late", "final", "steps", "solved")):
+            d = st[key]
+            if key == "solved":
+                a, b = f"{d['never_a']} of {c['n'][0]}", f"{d['never_b']} of {c['n'][1]}"
+                perm, rank = "", f"{d['fisher_p']:.3g} (Fisher)"
+            else:
+                a, b = _seedwise_side(d, "a", key), _seedwise_side(d, "b", key)
+                perm, rank = f"{d['perm_p']:.3g}", f"{d['rank_p']:.3g}"
+            verdict = f"**{c['verdict']}** ({c['reason']})" if i == 0 else ""
+            cells = [label if i == 0 else "", f"{c['n'][0]} / {c['n'][1]}" if i == 0 else "", STATISTICS[key], a, b,
+                     perm, rank, verdict]
+            lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
+    lines.append("")
+    parts = [f"{side} {m}: {o['never_solved']} never solved, {o['relapsed']} of {o['solved']} solved seeds back above "
+             f"50 % later, {o['ends_relapsed']} still at 10 % or more at the end (of {o['n']})"
+             for side, ms in sw.get("outcomes", {}).items() for m, o in ms.items()]
+    if parts:
+        lines += ["What became of the seeds — " + "; ".join(parts) + ".", ""]
+    return lines
+
+
 def to_markdown(summaries: list[dict], command: str | None = None) -> str:
     """One markdown document: per preset, the claim, the budget, the command and a comparison table."""
     if isinstance(summaries, dict):
@@ -158,6 +202,8 @@ def to_markdown(summaries: list[dict], command: str | None = None) -> str:
                       f"(Kendall τ over the paper's methods = {o['kendall_tau']:.2f}).", ""]
         if "reference" in s:
             lines += reference_table(s["reference"])
+        if "seedwise" in s:
+            lines += seedwise_table(s["seedwise"])
         if s.get("findings"):
             lines += ["**Findings.** " + s["findings"], ""]
     return "\n".join(lines)
@@ -192,6 +238,8 @@ def to_html(summaries: list[dict]) -> str:
                          f"{e(' < '.join(o['paper']))} (Kendall τ {o['kendall_tau']:.2f}).</p>")
         if "reference" in s:
             parts.append("<pre>" + e("\n".join(reference_table(s["reference"]))) + "</pre>")
+        if "seedwise" in s:
+            parts.append("<pre>" + e("\n".join(seedwise_table(s["seedwise"]))) + "</pre>")
         if s.get("findings"):
             parts.append(f"<p><b>Findings.</b> {e(s['findings'])}</p>")
     parts.append("</body></html>")

@@ -8,8 +8,9 @@ implementation's curves and a resumable runner.
 
 Modules, one job each: :mod:`~tpo_core.reproduce.paper_numbers` (the paper's tables, held once),
 :mod:`~tpo_core.reproduce.presets` (runs per budget), :mod:`~tpo_core.reproduce.stats` (seed SE, verdicts),
-:mod:`~tpo_core.reproduce.reference` (the reference code's per-seed curves), :mod:`~tpo_core.reproduce.runner`
-(training, resuming, summaries).
+:mod:`~tpo_core.reproduce.reference` (the reference code's per-seed curves), :mod:`~tpo_core.reproduce.seedwise`
+(seed-by-seed statistics, rank and Fisher tests, and the rule for "consistent" / "differs" / "too few seeds"),
+:mod:`~tpo_core.reproduce.runner` (training, resuming, summaries).
 
 ``paper_numbers`` and ``stats`` need only NumPy and are imported at once; the presets and the runner build JAX
 programs and are imported on first use, so the PyTorch side (:mod:`tpo_core.llm`) can use the paper's numbers
@@ -22,7 +23,7 @@ from . import paper_numbers, stats
 _LAZY = {"BUDGETS": "presets", "PRESETS": "presets", "Preset": "presets", "Run": "presets",
          "check_budget": "presets", "get": "presets", "list_text": "presets",
          "run_preset": "runner", "summarize": "runner"}
-_SUBMODULES = ("presets", "runner", "reference", "committed")
+_SUBMODULES = ("presets", "runner", "reference", "committed", "seedwise")
 
 __all__ = ["BUDGETS", "PRESETS", "Preset", "Run", "check_budget", "get", "list_text", "paper_numbers",
            "run_preset", "stats", "summarize"]

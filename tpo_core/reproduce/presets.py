@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 from ..config import BanditConfig, TokenConfig
 from . import paper_numbers as P
-from . import reference, stats
+from . import reference, seedwise, stats
 
 BUDGETS = ("smoke", "cpu", "paper")
 SMOKE_MODEL = dict(d_model=16, heads=2, layers=1, ffn=32)
@@ -339,12 +339,16 @@ def _mnist_order(runs, curves, rows) -> dict:
 
 
 def _table3_reference(runs, curves, rows) -> dict:
-    """Our P, H=10, 2000-episode curves against the reference implementation's own 20 seeds."""
+    """Our P, H=10, 2000-episode curves against the reference implementation's own 20 seeds: the comparison of
+    means (:func:`reference.compare_reference`) and the seed-by-seed one (:func:`seedwise.h10_comparison`)."""
     ours = {r.method: curves[r.key]["error"] for r in runs
             if r.label.get("H") == 10 and r.label.get("setting") == "P" and r.length == 2000
             and r.method in ("tpo", "grpo", "dg") and PRESETS["table3"].comparable(r)}
     path = reference.reference_path() if ours else None
-    return dict(reference=reference.compare_reference(ours, path)) if path is not None else {}
+    if path is None:
+        return {}
+    ref = {m: c for m, c in reference.load_reference(path).items() if m in ours}
+    return dict(reference=reference.compare_reference(ours, path), seedwise=seedwise.h10_comparison(ours, ref))
 
 
 PRESETS: dict[str, Preset] = {}
