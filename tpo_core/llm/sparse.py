@@ -137,11 +137,12 @@ BUDGETS = {
                     eval_every=1, n_baseline=50, d_model=32, layers=2, heads=4, ff=64, pretrain_steps=10,
                     pretrain_lr=1e-2, sft_steps=40, sft_batch=32, sft_lr=1e-2, sft_greedy=0.1, spread_prompts=4,
                     note="a 2-layer d = 32 Llama, 2 steps of 2 prompts x K = 4: seconds; tests and CI only"),
-    "cpu": Budget(steps=300, grid_steps=300, lrs=(1e-4, 3e-4, 1e-3), grid_seeds=(100, 101),
+    "cpu": Budget(steps=300, grid_steps=300, lrs=(1e-4, 3e-4, 1e-3, 3e-3), grid_seeds=(100, 101),
                   main_seeds=tuple(range(8)), pretrain_steps=3000, pretrain_lr=3e-3, sft_steps=600, sft_lr=1e-3,
                   sft_greedy=0.1,
                   note="a 0.2 M-parameter Llama (d 64, 3 layers), 8 prompts x K = 16 per step, 300 steps, held-out "
-                       "evaluation every 25 steps; lr grid 1e-4, 3e-4, 1e-3 x 2 seeds, then 8 seeds per arm. Warm "
+                       "evaluation every 25 steps; lr grid 1e-4, 3e-4, 1e-3, 3e-3 x 2 seeds (3e-3 added before the main "
+                       "stage because TPO-mean's and GRPO's best sat at the edge, 1e-3), then 8 seeds per arm. Warm "
                        "start: 3000 supervised steps on greedy colourings (lr 3e-3), then 600 steps at rho = 0.1 "
                        "(lr 1e-3), which brings held-out success back to about 6 % at T = 1. Probes on one core "
                        "(2026-12-05/06): pretraining alone reaches 0.64 (T = 1) and 0.69 (greedy) against the "
