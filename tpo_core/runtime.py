@@ -85,22 +85,56 @@ INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1, **CHUNK_COMPILER_O
 _CHOSEN_BY_XLA_FLAGS = ("xla_backend_optimization_level", "xla_cpu_opt_preset")
 
 
+# Which of these options the installed XLA knows depends on the jaxlib release: jaxlib 0.7.1 (the package's floor) to
+# 0.9.2 (Colab's preinstalled release when this was written) know ``xla_backend_optimization_level`` but not
+# ``xla_cpu_opt_preset``, and refuse the latter at compile time with ``INVALID_ARGUMENT: No such compile option``;
+# jaxlib 0.10.2 (the pin) knows both. Rather than keep a version table, each option set is checked once per process by
+# compiling a trivial program with it on the default backend: if the whole set compiles, it is used as is (the pinned
+# jax: the same options as before); otherwise each option is tried alone and the ones XLA refuses are dropped, so that
+# program compiles with XLA's default for it. Dropping an option changes compile time and at most float rounding, never
+# what a program computes.
+_supported: dict[tuple, dict] = {}
+
+
+def _compiles_with(options: dict) -> bool:
+    """Whether a trivial program compiles with ``options`` on the default backend."""
+    try:
+        jax.jit(lambda x: x + 1).lower(jax.ShapeDtypeStruct((), jnp.float32)).compile(dict(options))
+    except Exception:  # XLA's runtime error; its class moved between jaxlib releases (XlaRuntimeError, JaxRuntimeError)
+        return False
+    return True
+
+
+def supported_compiler_options(options: dict) -> dict:
+    """``options`` less those the installed XLA refuses (unknown names or values), checked by compiling a trivial
+    program once per process and option set; the kept options keep their order and values."""
+    key = (jax.default_backend(), tuple((name, repr(value)) for name, value in options.items()))
+    if key not in _supported:
+        if not options or _compiles_with(options):
+            _supported[key] = dict(options)
+        else:
+            _supported[key] = {name: value for name, value in options.items() if _compiles_with({name: value})}
+    return dict(_supported[key])
+
+
 def _cpu_options(options: dict) -> dict | None:
     flags = os.environ.get("XLA_FLAGS", "")
     if jax.default_backend() != "cpu" or any(name in flags for name in _CHOSEN_BY_XLA_FLAGS):
         return None
-    return dict(options)
+    return supported_compiler_options(options) or None
 
 
 def init_compiler_options() -> dict | None:
-    """XLA options for an init program: :data:`INIT_COMPILER_OPTIONS` on the CPU, unless ``XLA_FLAGS`` already
-    chooses the LLVM level or the preset (the test suite's fast-compile flags); None (XLA's defaults) elsewhere."""
+    """XLA options for an init program: :data:`INIT_COMPILER_OPTIONS` on the CPU (those the installed XLA knows,
+    :func:`supported_compiler_options`), unless ``XLA_FLAGS`` already chooses the LLVM level or the preset (the test
+    suite's fast-compile flags); None (XLA's defaults) elsewhere."""
     return _cpu_options(INIT_COMPILER_OPTIONS)
 
 
 def chunk_compiler_options() -> dict | None:
-    """XLA options for a training program: :data:`CHUNK_COMPILER_OPTIONS` on the CPU, unless ``XLA_FLAGS`` already
-    chooses the LLVM level or the preset; None (XLA's defaults) elsewhere."""
+    """XLA options for a training program: :data:`CHUNK_COMPILER_OPTIONS` on the CPU (those the installed XLA knows,
+    :func:`supported_compiler_options`), unless ``XLA_FLAGS`` already chooses the LLVM level or the preset; None
+    (XLA's defaults, or none of the options known) elsewhere."""
     return _cpu_options(CHUNK_COMPILER_OPTIONS)
 
 
