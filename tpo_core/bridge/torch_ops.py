@@ -199,7 +199,7 @@ def sequence_logp(token_logp: torch.Tensor, mask: torch.Tensor, reduce: str = "s
     the exact log-probability of the completion; its group softmax carries a length prior, and on a real LM
     it is near one-hot within a group (``results/llm_spread``). ``reduce="mean"``:
     :math:`\sum_t m_t\log\pi / \max(1,\sum_t m_t)`, a length-normalised score that is *not* a
-    log-probability; the default of the bridges (:data:`tpo_core.bridge.trl.SEQUENCE_SCORES`) and of the
+    log-probability; the default of the bridges (``tpo_core.bridge.trl.SEQUENCE_SCORES``) and of the
     paper author's TargetPO trainer. This function's own default stays ``"sum"``, the literal definition.
     """
     if reduce not in ("sum", "mean"):
