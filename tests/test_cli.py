@@ -41,6 +41,8 @@ def run(*args, timeout=600):
     (["reproduce", "table3", "--budget", "smoke", "--only", "ppo_H_9"], "only"),
     (["train", "--out", "run.txt"], "out"),
     (["fly"], "invalid choice"),
+    (["train", "--B", "100000000"], "B=100000000, K=8, H=10 with 1 seed"),     # refused before compiling
+    (["train", "--B", "4000000", "--seeds", "20", "--out", "big.json"], "20 seed"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle):
     r = run(*args)
@@ -81,3 +83,19 @@ def test_train_sweep_runs_every_value_in_one_program(tmp_path):
     assert "eta=0.5: final error" in r.stdout and "eta=2: final error" in r.stdout
     with np.load(out) as z:
         assert z["error"].shape == (2, 2, 4) and z["loss"].shape == (2, 2, 4)
+
+
+def test_memory_refusal_comes_before_any_compile_and_writes_nothing(tmp_path):
+    out = tmp_path / "big.json"
+    r = run("train", "--B", "100000000", "--K", "16", "--H", "12", "--seeds", "3", "--out", str(out), timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and all(s in line for s in ("B=100000000", "K=16", "H=12", "3 seed", "available"))
+    assert "ep/s" not in r.stderr                          # no progress bar: nothing started
+    assert not list(tmp_path.iterdir())
+
+
+def test_one_seed_prints_no_standard_error():
+    r = run("train", "--H", "3", "--B", "8", "--episodes", "2", "--seeds", "1", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "nan" not in r.stdout and "1 seed, no SE" in r.stdout

@@ -14,6 +14,7 @@ from tpo_core.config import BanditConfig, TokenConfig
 from tpo_core.models import Transformer, count_params
 from tpo_core import runtime
 from tpo_core.reproduce.presets import SMOKE_MODEL, SMOKE_TASK
+from tpo_core import train
 from tpo_core.train import chunk_plan, make_token_program, muon_adamw, train_bandit, train_tokens
 
 TINY = dict(H=3, B=8, K=4, episodes=3, d_model=16, heads=2, layers=1, ffn=32)
@@ -586,3 +587,24 @@ def test_token_runs_log_entropy_of_p_old_and_tv_of_the_target_as_the_bridge_does
     np.testing.assert_allclose(float(metrics["entropy_p_old"][0, 0]), h, rtol=1e-4)
     np.testing.assert_allclose(float(metrics["tv"][0, 0]), tv, rtol=1e-3, atol=1e-6)
     assert (sigma[:, 0] > 1e-6).any() and tv > 0                     # an informative group moved the target
+
+
+@pytest.mark.parametrize("B, H, runs", [(32, 4, 1), (64, 6, 2)])
+def test_memory_floor_is_below_what_xla_allocates(B, H, runs):
+    """TokenConfig.memory_floor_bytes is a lower bound: at most the temporaries plus arguments XLA's
+    memory analysis reports for one compiled episode of the same runs, and it grows with B·K and the runs."""
+    cfg = TokenConfig(B=B, H=H, K=8, episodes=1)
+    prog = train.make_token_program(cfg)
+    ma = prog.chunk.lower(prog.init(list(range(runs))), 0, 1).compile().memory_analysis()
+    floor = cfg.memory_floor_bytes(runs)
+    assert 0 < floor <= ma.temp_size_in_bytes + ma.argument_size_in_bytes
+    assert cfg.replace(B=2 * B).memory_floor_bytes(runs) == 2 * floor
+    assert cfg.memory_floor_bytes(2 * runs) == 2 * floor
+
+
+def test_check_memory_refuses_with_the_figures_and_passes_what_fits():
+    cfg = TokenConfig(B=1000, H=10, K=8)
+    need = cfg.memory_floor_bytes(4)
+    train.check_memory(cfg, 4, available=need)                 # exactly enough: allowed
+    with pytest.raises(ValueError, match=r"B=1000, K=8, H=10 with 2 seed\(s\) \(4 run\(s\) at once\)"):
+        train.check_memory(cfg, 4, n_seeds=2, available=need - 1)

@@ -130,6 +130,9 @@ def cmd_train(args) -> int:
         raise ValueError(f"task must be one of {TASKS}, got {args.task!r}")
     config.check_sweep(cfg, sweep)
     points = len(next(iter(sweep.values()))) if sweep else 1
+    if args.task == "reversal":  # refused before the progress bar and the compile
+        n_runs = len(seeds) * points
+        train.check_memory(cfg, n_runs if args.run_batch is None else min(args.run_batch, n_runs), len(seeds))
     bar = _progress(total, unit, args.quiet)
     t0 = time.perf_counter()
     metrics = run((lambda d, m: bar.update(m[curve_name].shape[1])) if bar else None)
@@ -140,8 +143,9 @@ def cmd_train(args) -> int:
     for i in range(points):
         final = 100 * curves[i][:, -1]
         where = ", ".join(f"{k}={v[i]:g}" for k, v in sweep.items()) + ": " if sweep else ""
-        print(f"{args.task} {cfg.method}: {where}final {metric} {final.mean():.2f}% ± {stats.seed_se(final):.2f} "
-              f"(SE, {len(seeds)} seeds) in {seconds:.1f} s")
+        spread = (f"± {stats.seed_se(final):.2f} (SE, {len(seeds)} seeds)" if len(seeds) > 1
+                  else "(1 seed, no SE)")
+        print(f"{args.task} {cfg.method}: {where}final {metric} {final.mean():.2f}% {spread} in {seconds:.1f} s")
     if args.out:
         meta = dict(task=args.task, config=dataclasses.asdict(cfg), seeds=seeds, seconds=seconds, sweep=sweep)
         if args.out.endswith(".npz"):

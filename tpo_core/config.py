@@ -113,6 +113,17 @@ class TokenConfig:
     def replace(self, **changes) -> "TokenConfig":
         return dataclasses.replace(self, **changes)
 
+    def memory_floor_bytes(self, n_runs: int = 1) -> int:
+        """A lower bound on the memory one training step of ``n_runs`` vmapped runs needs: the float32
+        activations the backward pass must keep (the residual stream and the attention weights of every layer
+        over the prompt + answer of all B·K sequences) plus the two [B, K, H, V] log-prob tensors (sampling's and
+        the loss's). Weights, optimizer state and XLA's temporaries come on top, so a configuration whose
+        floor exceeds the memory available cannot run."""
+        n_seq = self.B * self.samples_per_prompt
+        T = 2 * self.H
+        per_seq = T * self.layers * (self.d_model + self.heads * T) + 2 * self.H * self.V
+        return 4 * int(n_runs) * n_seq * per_seq
+
     def interaction_matched(self) -> "TokenConfig":
         """Single-sample methods see as many samples as a group method: B·K prompts, lr·sqrt(K)."""
         if self.spec.sampling != "single":

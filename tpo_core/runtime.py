@@ -41,6 +41,25 @@ def register_cache(clear: Callable[[], None]) -> None:
     _caches.append(clear)
 
 
+def available_memory_bytes() -> int | None:
+    """Memory a new program can use: the accelerator's limit (``memory_stats()['bytes_limit']``) when JAX's
+    default device has one, else the host's ``MemAvailable`` (/proc/meminfo), else None (unknown)."""
+    try:
+        stats = jax.devices()[0].memory_stats() or {}
+    except Exception:  # backends without memory statistics (CPU on some versions) raise instead of returning None
+        stats = {}
+    if stats.get("bytes_limit"):
+        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def memory_map_count() -> int | None:
     """How many memory maps this process holds (Linux; None elsewhere)."""
     try:

@@ -382,7 +382,28 @@ def train_tokens(cfg: TokenConfig, seeds: Sequence[int] = (0,), chunk_size: int 
     value × seed in one compiled program and returns metrics [P, S, episodes, ...]. ``run_batch``: runs
     vmapped together (None: all; 1 or 2 is faster for many runs of the Table-3 model on a 2-core CPU)."""
     points = check_sweep(cfg, sweep) if sweep else None
+    n_runs = len(seeds) * (len(points) if points else 1)
+    check_memory(cfg, n_runs if run_batch is None else min(run_batch, n_runs), n_seeds=len(seeds))
     return _collect(make_token_program(cfg, run_batch), seeds, cfg.episodes, chunk_size, callback, points)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB" if n < 2**40 else f"{n / 2**40:.3g} TiB"
+
+
+def check_memory(cfg: TokenConfig, n_runs: int, n_seeds: int | None = None, available: int | None = None) -> None:
+    """Refuse, before anything is compiled, a configuration whose :meth:`TokenConfig.memory_floor_bytes`
+    for ``n_runs`` runs vmapped together exceeds the memory available (``available`` bytes, default
+    :func:`runtime.available_memory_bytes`; unknown memory is not checked). ``ValueError`` names B, K, H, the
+    seeds and both figures."""
+    available = runtime.available_memory_bytes() if available is None else available
+    need = cfg.memory_floor_bytes(n_runs)
+    if available is not None and need > available:
+        seeds = n_seeds if n_seeds is not None else n_runs
+        raise ValueError(
+            f"B={cfg.B}, K={cfg.K}, H={cfg.H} with {seeds} seed(s) ({n_runs} run(s) at once) needs at least "
+            f"{_gib(need)} for one training step but {_gib(available)} is available: lower B, K, H, the seeds, "
+            f"or run_batch")
 
 
 def train_bandit(cfg: BanditConfig, dataset, seeds: Sequence[int] = (0,), chunk_size: int | None = None,
