@@ -92,6 +92,8 @@ def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episode
         raise InputError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
     if isinstance(methods, str):
         methods = [methods]
+    if methods is not None and not (isinstance(methods, (list, tuple)) and all(isinstance(m, str) for m in methods)):
+        raise InputError(f"methods must be a list of method names, got {methods!r}")
     methods = list(dict.fromkeys(methods or []))
     if not methods:
         raise InputError("methods: pick at least one method")

@@ -41,6 +41,7 @@ def run(*args, timeout=600):
     (["reproduce", "table3", "--budget", "smoke", "--only", "ppo_H_9"], "only"),
     (["train", "--out", "run.txt"], "out"),
     (["fly"], "invalid choice"),
+    (["train", "--seeds=--"], "--seeds"),
     (["train", "--B", "100000000"], "B=100000000, K=8, H=10 with 1 seed"),     # refused before compiling
     (["train", "--B", "4000000", "--seeds", "20", "--out", "big.json"], "20 seed"),
 ])

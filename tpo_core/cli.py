@@ -27,6 +27,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, no usage dump
         raise UsageError(message)
 
+    def parse_known_args(self, args=None, namespace=None):
+        ns, rest = super().parse_known_args(args, namespace)
+        for action in self._actions:  # `--seeds=--` reaches an option as [] without calling its type
+            value = getattr(ns, action.dest, None)
+            if action.nargs is None and action.type is not None and isinstance(value, list):
+                raise UsageError(f"argument {'/'.join(action.option_strings)}: expected one value")
+        return ns, rest
+
 
 def _int_at_least(name, lo):
     def parse(text):
