@@ -125,6 +125,102 @@ def test_ce_reaches_threshold_first_overall_on_spread_contexts():
         assert steps[m].max() >= steps["ce"].max(), (m, steps[m].max(), steps["ce"].max())
 
 
+# ---- per-parameter Adam ----------------------------------------------------------------------------
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def exact_update_closed_form(z, method, eta=1.0):
+    pi = softmax(np.asarray(z, np.float64))
+    return beta_closed_form(method, pi[:, 0], z.shape[-1], eta)[:, None] * (np.eye(z.shape[-1])[0] - pi)
+
+
+def test_first_adam_update_is_lr_times_the_sign_of_g():
+    rng = np.random.default_rng(4)
+    z = jnp.asarray(rng.normal(size=(5, A)), jnp.float32)
+    g = jnp.asarray(rng.normal(size=(5, A)) * 10.0 ** rng.uniform(-4, 2, size=(5, A)), jnp.float32)
+    new, (m, v, t) = T.adam_step(z, g, T.adam_init(z), 0.01)
+    np.testing.assert_allclose(np.asarray(new - z), 0.01 * np.sign(np.asarray(g)), rtol=1e-3, atol=1e-7)
+    assert float(t) == 1.0
+
+
+def test_second_adam_update_matches_the_hand_computed_moments():
+    rng = np.random.default_rng(5)
+    z = rng.normal(size=(3, 4))
+    g1, g2 = rng.normal(size=(3, 4)), rng.normal(size=(3, 4)) * 0.1      # the second gradient is smaller
+    lr, b1, b2, eps = 0.05, 0.9, 0.999, 1e-8
+    m2 = b1 * (1 - b1) * g1 + (1 - b1) * g2
+    v2 = b2 * (1 - b2) * g1**2 + (1 - b2) * g2**2
+    expected = lr * (m2 / (1 - b1**2)) / (np.sqrt(v2 / (1 - b2**2)) + eps)
+    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    z1, state = T.adam_step(f32(z), f32(g1), T.adam_init(f32(z)), lr, b1, b2, eps)
+    z2, _ = T.adam_step(z1, f32(g2), state, lr, b1, b2, eps)
+    np.testing.assert_allclose(np.asarray(z2 - z1), expected, rtol=1e-4, atol=1e-7)
+    # without momentum, a gradient 1000 times smaller than the first gets a step 1000·√((1 + b2)/b2) ≈ 707 times
+    # shorter than lr: v̂ still remembers g1² (v̂₂ = (b2 g1² + g2²)/(1 + b2))
+    zb, stb = T.adam_step(f32(z), f32(g1), T.adam_init(f32(z)), lr, 0.0, b2, eps)
+    zc, _ = T.adam_step(zb, f32(g1 * 1e-3), stb, lr, 0.0, b2, eps)
+    np.testing.assert_allclose(np.asarray(zc - zb), lr * 1e-3 * np.sign(g1) / np.sqrt((b2 + 1e-6) / (1 + b2)),
+                               rtol=1e-3)
+
+
+def test_adam_run_matches_a_numpy_adam_on_the_closed_form_updates():
+    p0 = np.array([1e-3, 0.05, 0.5])
+    z = np.asarray(T.initial_logits(p0, A), np.float64)
+    lr, b1, b2, eps, steps = 0.03, 0.9, 0.999, 1e-8, 40
+    for method in T.METHODS:
+        zz, m, v, ps = z.copy(), np.zeros_like(z), np.zeros_like(z), [softmax(z)[:, 0]]
+        for t in range(1, steps + 1):
+            g = exact_update_closed_form(zz, method)
+            m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g**2
+            zz = zz + lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+            ps.append(softmax(zz)[:, 0])
+        got = np.asarray(T.run_exact(z, method, alpha=lr, steps=steps, optimizer="adam", b1=b1, b2=b2, eps=eps))
+        np.testing.assert_allclose(got, np.array(ps), rtol=2e-4, atol=1e-6, err_msg=method)
+
+
+def test_memoryless_adam_is_sign_descent_and_ignores_beta():
+    # b1 = b2 = 0: every step is lr·sign(g); with A = 2 the logit gap grows by 2 lr a step whatever β is
+    p0, lr, steps = 0.01, 0.05, 80
+    z = T.initial_logits(np.array([p0]), 2)
+    expected = sigmoid(np.log(p0 / (1 - p0)) + 2 * lr * np.arange(steps + 1))
+    for m in T.METHODS:
+        p = np.asarray(T.run_exact(z, m, alpha=lr, steps=steps, optimizer="adam", b1=0.0, b2=0.0))[:, 0]
+        np.testing.assert_allclose(p, expected, rtol=1e-4)
+    # and on a spread table all four methods take the identical path
+    z = T.initial_logits(np.geomspace(1e-3, 0.5, 6), A)
+    paths = [np.asarray(T.run_exact(z, m, alpha=lr, steps=100, optimizer="adam", b1=0.0, b2=0.0))
+             for m in T.METHODS]
+    for path in paths[1:]:
+        np.testing.assert_allclose(path, paths[0], rtol=1e-4, atol=1e-6)
+
+
+def test_trace_reports_update_and_step_norms_per_context():
+    p0 = np.geomspace(1e-3, 0.5, 5)
+    z = T.initial_logits(p0, A)
+    lr = 0.02
+    for method in T.METHODS:
+        tr = {k: np.asarray(v) for k, v in T.trace_exact(z, method, alpha=lr, steps=30, optimizer="adam").items()}
+        assert tr["p"].shape == (31, 5) and tr["grad_norm"].shape == tr["step_norm"].shape == (30, 5)
+        g0 = exact_update_closed_form(np.asarray(z, np.float64), method)
+        np.testing.assert_allclose(tr["grad_norm"][0], np.linalg.norm(g0, axis=-1), rtol=1e-4)
+        np.testing.assert_allclose(tr["step_norm"][0], lr * np.sqrt(A), rtol=1e-4)   # a sign step
+        tr = {k: np.asarray(v) for k, v in T.trace_exact(z, method, alpha=0.1, steps=30).items()}
+        np.testing.assert_allclose(np.sqrt((tr["step_norm"] ** 2).sum(1)), 0.1, rtol=1e-4)  # one shared length
+
+
+def test_under_adam_a_gradient_that_fades_faster_gets_a_smaller_step():
+    # CE's update fades like (1 - p), GRPO's like sqrt(p(1 - p)); at the same p near 1 Adam's step for CE is the
+    # smaller one relative to its first step, because its remembered past gradients were larger
+    z = T.initial_logits(np.array([0.5]), A)
+    rel = {}
+    for m in ("ce", "grpo"):
+        tr = {k: np.asarray(v) for k, v in T.trace_exact(z, m, alpha=0.01, steps=3000, optimizer="adam").items()}
+        t = int(np.argmax(tr["p"][:-1, 0] >= 0.99))
+        rel[m] = tr["step_norm"][t, 0] / tr["step_norm"][0, 0]
+    assert rel["ce"] < 0.5 * rel["grpo"], rel
+
+
 # ---- sampled updates ----------------------------------------------------------------------------
 def test_sampled_updates_match_the_group_gradients_written_out():
     rng = np.random.default_rng(2)
@@ -190,6 +286,8 @@ def test_run_sampled_vmaps_over_seeds_and_methods_and_learns():
     (lambda: T.initial_logits(np.ones((2, 2)) * 0.5), "p0"),
     (lambda: T.normalised_step(jnp.zeros((1, 2)), jnp.ones((1, 2)), -1.0), "alpha"),
     (lambda: T.run_exact(jnp.zeros((1, 2)), "tpo", steps=0), "steps"),
+    (lambda: T.run_exact(jnp.zeros((1, 2)), "tpo", optimizer="sgd"), "optimizer"),
+    (lambda: T.trace_exact(jnp.zeros((1, 2)), "tpo", optimizer="adam", b2=1.0), "b2"),
     (lambda: T.steps_to(jnp.zeros((2, 1)), threshold=1.0), "threshold"),
     (lambda: T.sampled_update(jax.random.key(0), jnp.zeros((1, 2)), "dg", 4), "method"),
     (lambda: T.run_sampled(jax.random.split(jax.random.key(0), 2), jnp.zeros((1, 2)), "tpo", k=1), "k"),

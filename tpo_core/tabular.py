@@ -19,12 +19,19 @@ scalar that depends on :math:`p`:
 scores; GRPO's advantage uses the population std; DG's gate is
 :math:`\mathrm{sigmoid}(A\cdot(-\log\pi(a))/\eta)`, which is :math:`p/(1+p)` at :math:`\eta = 1`.)
 
-**Normalised step.** The table takes one step of fixed length ``alpha`` for all contexts together,
+**Global-norm-normalised step.** The paper's tabular runs take one step of fixed length ``alpha`` for
+all contexts together,
 
 .. math:: z \leftarrow z + \alpha\, g / \lVert g \rVert_F ,
 
-as the paper does (its stand-in for Adam/Muon, whose step length ignores the gradient's scale). The
-length is fixed, so :math:`\beta(p_c)` decides which share of it context ``c`` receives.
+one length budget shared by every parameter of the table. Because the length is fixed and shared,
+:math:`\beta(p_c)` decides which share of it context ``c`` receives. This is not what Adam or Muon do:
+Adam normalises each coordinate by its own running second moment, Muon orthogonalises each matrix.
+
+**Per-parameter Adam.** ``optimizer="adam"`` instead feeds the same exact update to Adam
+(:func:`adam_step`, learning rate ``alpha``): every logit gets its own normalisation, so no budget is
+shared between contexts, and a context's step depends on how its gradient compares with that
+coordinate's remembered past gradients.
 
 **Sampled update.** Each context draws ``k`` arms from its policy; the update is minus the gradient of
 the method's own loss from :mod:`tpo_core.losses` at the rollout snapshot (TPO: ``tpo_loss`` over the
@@ -139,23 +146,74 @@ def ce_misalignment(logits, method: str, eta: float = 1.0):
     return 1.0 - cos
 
 
-@functools.partial(jax.jit, static_argnames=("method", "steps"))
-def _run_exact(logits, method, alpha, steps, eta):
-    def step(z, _):
-        return normalised_step(z, exact_update(z, method, eta), alpha), correct_prob(z)
-
-    z, p = jax.lax.scan(step, logits, None, length=steps)
-    return jnp.concatenate([p, correct_prob(z)[None]], 0)
+OPTIMIZERS = ("normalised", "adam")   # how an exact update becomes a step of the table
 
 
-def run_exact(logits, method: str, alpha: float = 0.1, steps: int = 1000, eta: float = 1.0):
-    """``steps`` normalised exact updates from ``logits`` [C, A]; returns p before each step and after the
-    last, [steps + 1, C] (row 0 is the initial table)."""
+def adam_step(logits, g, state, lr: float, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
+    r"""One per-parameter Adam step along the update ``g`` (an ascent direction: minus a gradient).
+
+    ``state = (m, v, t)`` (first and second moments, shaped like ``logits``, and the step count ``t``
+    already taken); returns ``(logits + lr·m̂/(√v̂ + eps), new_state)`` with the bias-corrected
+    :math:`\hat m = m/(1-\beta_1^{t})`, :math:`\hat v = v/(1-\beta_2^{t})`. At the first step this is
+    ``lr·sign(g)`` elementwise (for ``|g| ≫ eps``): Adam ignores the gradient's scale only there."""
+    m, v, t = state
+    t = t + 1
+    m = b1 * m + (1.0 - b1) * g
+    v = b2 * v + (1.0 - b2) * g**2
+    m_hat = m / (1.0 - b1**t)
+    v_hat = v / (1.0 - b2**t)
+    return logits + lr * m_hat / (jnp.sqrt(v_hat) + eps), (m, v, t)
+
+
+def adam_init(logits):
+    """Adam's state for a table: zero moments, zero steps taken."""
+    return jnp.zeros_like(logits), jnp.zeros_like(logits), jnp.zeros((), jnp.float32)
+
+
+@functools.partial(jax.jit, static_argnames=("method", "steps", "optimizer"))
+def _run_exact(logits, method, alpha, steps, eta, optimizer, b1, b2, eps):
+    def step(carry, _):
+        z, state = carry
+        g = exact_update(z, method, eta)
+        if optimizer == "adam":
+            new, state = adam_step(z, g, state, alpha, b1, b2, eps)
+        else:
+            new = normalised_step(z, g, alpha)
+        out = dict(p=correct_prob(z), grad_norm=jnp.linalg.norm(g, axis=-1),
+                   step_norm=jnp.linalg.norm(new - z, axis=-1))
+        return (new, state), out
+
+    (z, _), out = jax.lax.scan(step, (logits, adam_init(logits)), None, length=steps)
+    out["p"] = jnp.concatenate([out["p"], correct_prob(z)[None]], 0)
+    return out
+
+
+def trace_exact(logits, method: str, alpha: float = 0.1, steps: int = 1000, eta: float = 1.0,
+                optimizer: str = "normalised", b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> dict:
+    """``steps`` exact updates from ``logits`` [C, A], each turned into a step by ``optimizer``:
+    ``"normalised"`` (:func:`normalised_step`, length ``alpha``) or ``"adam"`` (:func:`adam_step`, learning
+    rate ``alpha``, moments ``b1``, ``b2``). Returns {"p": [steps + 1, C] p before each step and after the last
+    (row 0 is the initial table), "grad_norm": [steps, C] ‖g_c‖ of each step's exact update,
+    "step_norm": [steps, C] ‖Δz_c‖ of each step}."""
     _check_method(method)
     _check_int("steps", steps, 1)
     _check_positive("alpha", alpha)
     _check_positive("eta", eta)
-    return _run_exact(jnp.asarray(logits, jnp.float32), method, alpha, steps, eta)
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    if not (0 <= b1 < 1 and 0 <= b2 < 1):
+        raise ValueError(f"b1 and b2 must lie in [0, 1), got b1={b1!r}, b2={b2!r}")
+    _check_positive("eps", eps)
+    out = _run_exact(jnp.asarray(logits, jnp.float32), method, alpha, steps, eta, optimizer, b1, b2, eps)
+    return dict(out)
+
+
+def run_exact(logits, method: str, alpha: float = 0.1, steps: int = 1000, eta: float = 1.0,
+              optimizer: str = "normalised", b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
+    """``steps`` exact updates from ``logits`` [C, A] (normalised steps of length ``alpha`` by default, or
+    Adam with learning rate ``alpha``: see :func:`trace_exact`); returns p before each step and after the
+    last, [steps + 1, C] (row 0 is the initial table)."""
+    return trace_exact(logits, method, alpha, steps, eta, optimizer, b1, b2, eps)["p"]
 
 
 def steps_to(p_history, threshold: float = 0.99):
