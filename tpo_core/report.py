@@ -272,11 +272,11 @@ def paper_tables_markdown() -> str:
     t2 = ["| reward | target | " + " | ".join(title(m) for m in ms) + " |", "|---" * (len(ms) + 2) + "|"]
     t2 += [f"| {r} | {t.replace('_', ' ')} | " + " | ".join(_cell(P.TABLE2[(m, r, t)]) for m in ms) + " |"
            for r in ("bag", "sequential") for t in ("copy", "flip", "reverse_copy", "reverse_flip")]
-    mnist = ", ".join(f"{title(m)} {v:g} %" for m, v in sorted(P.MNIST.items(), key=lambda kv: kv[1]))
+    mnist = ", ".join(f"{title(m)} {P.mnist_text(m)}" for m, _ in sorted(P.MNIST.items(), key=lambda kv: kv[1]))
     return "\n".join([
-        "### The paper's published numbers (Kaddour 2026, *Target Policy Optimization*, §5 — not produced by this app)",
+        "### The paper's published numbers (Kaddour 2026, *Target Policy Optimization*, §3.3–§3.6 — not produced by this app)",
         "", "**Table 3** — final exact-match error %, terminal reward, reverse copy, V = 2, K = 8, B = 100, 2000 "
         "episodes, 20 seeds (P = prompt-matched, I = interaction-matched; \"−\" = above 95 %):", "", *t3, "",
         "**Table 1** — episodes to 1 % error, dense bag-of-tokens reverse copy, H = 10, K = 8, 20 seeds:", "", *t1, "",
         "**Table 2** — episodes to 1 %, H = 10, V = 2, K = 8, 10 seeds (\"−\": never within 1000 episodes):", "", *t2,
-        "", f"**MNIST contextual bandit** — final greedy test error after 10,000 steps, 20 seeds: {mnist}.", ""])
+        "", f"**MNIST contextual bandit** (§3.3, Fig. 4) — final greedy test error after 10,000 steps, 20 seeds: {mnist}.", ""])
