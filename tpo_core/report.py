@@ -175,6 +175,15 @@ def seedwise_table(sw: dict) -> list[str]:
     return lines
 
 
+def _claim(s: dict) -> str:
+    """The paper's claim of a summary's preset: the preset's current wording (the paper's claims are held once, in
+    :mod:`tpo_core.reproduce.presets`), else the text saved in the summary (a preset this package no longer has)."""
+    from .reproduce.presets import PRESETS
+
+    preset = PRESETS.get(s.get("preset"))
+    return preset.claim if preset is not None else s["claim"]
+
+
 def to_markdown(summaries: list[dict], command: str | None = None) -> str:
     """One markdown document: per preset, the claim, the budget, the command and a comparison table."""
     if isinstance(summaries, dict):
@@ -187,7 +196,7 @@ def to_markdown(summaries: list[dict], command: str | None = None) -> str:
               "comparison must resolve (Table 3: half the paper's TPO–GRPO gap in that column).", ""]
     for s in summaries:
         lines += [f"## {s['title']} — `{s['preset']}`, budget `{s['budget']}`{_partial_text(s)}", "",
-                  f"**Paper's claim.** {s['claim']}", "",
+                  f"**Paper's claim.** {_claim(s)}", "",
                   f"**Paper's setting.** {s['paper_setting']}. **This run.** {s['budget_note']}.", "",
                   f"**Command.** `{s['command']}` — {s.get('train_seconds', 0):.0f} s of training on "
                   f"{s.get('devices', 1)} device(s); {_engine_text(s)}.", ""]
@@ -221,7 +230,7 @@ def to_html(summaries: list[dict]) -> str:
     for s in summaries:
         parts += [f"<h2>{e(s['title'])} — <code>{e(s['preset'])}</code>, budget <code>{e(s['budget'])}</code>"
                   f"{e(_partial_text(s))}</h2>",
-                  f"<p><b>Paper's claim.</b> {e(s['claim'])}</p>",
+                  f"<p><b>Paper's claim.</b> {e(_claim(s))}</p>",
                   f"<p><b>Paper's setting.</b> {e(s['paper_setting'])}. <b>This run.</b> {e(s['budget_note'])}.</p>",
                   f"<p><b>Command.</b> <code>{e(s['command'])}</code></p>",
                   "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in HEADER) + "</tr>"]
