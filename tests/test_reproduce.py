@@ -167,6 +167,15 @@ def test_paper_tables_are_rendered_from_the_one_copy():
     assert paper.PAPER_TABLES == md
 
 
+def test_a_number_read_off_a_figure_is_labelled_so_wherever_it_is_shown():
+    from tpo_core.reproduce import paper_numbers as P
+
+    assert P.MNIST_READ_OFF_FIGURE == {"dg"}           # the paper's text gives no final error for DG (§3.3)
+    assert P.mnist_text("dg") == "≈ 3.2 % (read off Fig. 4)" and P.mnist_text("tpo") == "2.9 %"
+    assert "DG ≈ 3.2 % (read off Fig. 4)" in report.paper_tables_markdown()
+    assert "DG ≈ 3.2% (read off Fig. 4)" in PRESETS["mnist"].claim
+
+
 def test_bad_names_and_budgets_raise_value_errors_naming_them():
     with pytest.raises(ValueError, match="preset"):
         get("table9")

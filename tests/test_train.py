@@ -294,16 +294,16 @@ def test_mnist_loader_reads_the_real_test_set(capsys, shared_mnist):
     np.testing.assert_array_equal(np.bincount(all_labels), [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009])
 
 
-def test_mnist_falls_back_to_sklearn_digits(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("TPO_DATA_DIR", str(tmp_path))
+def test_mnist_falls_back_to_the_shipped_test_set(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TPO_DATA_DIR", str(tmp_path))          # an empty folder: no MNIST here
     monkeypatch.setenv("TPO_CACHE_DIR", str(tmp_path / "cache"))
     ds = mnist.load(allow_download=False)
-    assert "scikit-learn's 8x8 digits" in capsys.readouterr().err
-    assert ds.x_train.shape[1] == 64
+    assert "shipped with tpo_core" in capsys.readouterr().err
+    assert ds.x_train.shape == (8000, 784) and ds.x_test.shape == (2000, 784)
 
 
 def test_bandit_tpo_learns_mnist():
-    ds = mnist.load(verbose=False)  # the real test set when present, else scikit-learn's digits
+    ds = mnist.load(verbose=False)  # real MNIST: the shipped test set when no other copy is here
     m = train_bandit(BanditConfig(method="tpo", steps=600, eval_every=200), ds, seeds=(0, 1))
     assert m["test_error"].shape == (2, 3)
     assert m["test_error"][:, -1].mean() < 0.15

@@ -156,9 +156,10 @@ register(Method(
     "Delightful PG: gate sigmoid(A·surprisal/η) on the PG term (1 epoch; diverges with more).",
     bandit=lambda logits, a, y, adv, hp: L.dg_loss(_picked(logits, a)[:, None], adv[:, None], hp["eta"])))
 register(Method(
-    "ce", "CE oracle", "bandit", 1, None,
-    "Supervised cross-entropy with the true label: an upper bound, not RL.",
-    variant="oracle", bandit=lambda logits, a, y, adv, hp: L.cross_entropy_loss(logits, y)))
+    "ce", "CE (supervised)", "bandit", 1, None,
+    "Supervised cross-entropy with the true label: the supervised reference, not RL and not an upper bound "
+    "(it sees every label, and on a small training set it overfits).",
+    variant="supervised", bandit=lambda logits, a, y, adv, hp: L.cross_entropy_loss(logits, y)))
 
 TOKEN_METHODS = tuple(n for n, m in REGISTRY.items() if m.loss is not None)
 BANDIT_METHODS = tuple(n for n, m in REGISTRY.items() if m.bandit is not None)

@@ -1,9 +1,11 @@
-"""MNIST for the contextual bandit: real IDX files when available, a clearly announced fallback otherwise.
+"""MNIST for the contextual bandit: always real MNIST, the full set when it can be found or fetched.
 
-Search order: ``$TPO_DATA_DIR`` → the cache dir (``$TPO_CACHE_DIR`` or ``~/.cache/tpo_core/mnist``)
-→ download into the cache with MD5 verification (when online, e.g. on Colab) → scikit-learn's
-bundled 8×8 digits. When only the 10k test set is present (as on machines without internet), it is
-split deterministically into 8,000 train / 2,000 test images, and a one-line notice says so.
+Search order: ``data_dir`` → ``$TPO_DATA_DIR`` → the cache dir (``$TPO_CACHE_DIR`` or
+``~/.cache/tpo_core/mnist``) → download of the full 60k/10k set into the cache with MD5 verification (when
+online, e.g. on Colab) → the 10,000-image MNIST test set shipped inside the package
+(``tpo_core/data/mnist``, CC BY-SA 3.0, SHA-256 verified). When only the 10k test set is there, it is split
+deterministically into 8,000 train / 2,000 test images (the split of the committed runs under
+``results/mnist``). One line on stderr says which data is used.
 """
 from __future__ import annotations
 
@@ -22,8 +24,15 @@ FILES = {  # name -> MD5 of the *decompressed* IDX file
     "train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",
     "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
     "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
-    "t10k-labels-idx1-ubyte": "27ae3e4e09519cddbe91e2a9f1ae1ac4",
+    "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637",
 }
+# The test set shipped in the package (tpo_core/data/mnist/README.md): file -> SHA-256 of the .gz file.
+SHIPPED_DIR = pathlib.Path(__file__).resolve().parent / "data" / "mnist"
+SHIPPED_SHA256 = {
+    "t10k-images-idx3-ubyte.gz": "167310007f03058885c7e95e6c0b19c20de5c7fd3031f4cbdadc9014a523d80b",
+    "t10k-labels-idx1-ubyte.gz": "fc607395669ec21321ea83e4b82c0544b7e8e63ff5b34337c06bc0a17cc0da3c",
+}
+SPLIT_TRAIN = 8000  # test-set-only data: the first 8,000 of a fixed permutation train, the other 2,000 test
 MIRRORS = (
     "https://ossci-datasets.s3.amazonaws.com/mnist/",
     "https://storage.googleapis.com/cvdf-datasets/mnist/",
@@ -105,26 +114,35 @@ def _from_dir(directory: pathlib.Path):
         x_train = read_idx(files["train-images-idx3-ubyte"]).reshape(-1, 784).astype(np.float32) / 255.0
         y_train = read_idx(files["train-labels-idx1-ubyte"]).astype(np.int32)
         return Dataset(x_train, y_train, x_test, y_test, f"MNIST 60k/10k (IDX files in {directory.name}/)")
-    perm = np.random.default_rng(0).permutation(len(y_test))
-    tr, te = perm[:8000], perm[8000:]
-    return Dataset(x_test[tr], y_test[tr], x_test[te], y_test[te],
-                   f"MNIST test set only (IDX files in {directory.name}/): split 8,000 train / 2,000 test (fixed permutation, seed 0)")
+    return _split_test_set(x_test, y_test, f"MNIST test set only (IDX files in {directory.name}/)")
 
 
-def _sklearn_digits() -> Dataset:
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    x = (d.data / 16.0).astype(np.float32)
-    y = d.target.astype(np.int32)
+def _split_test_set(x, y, where: str) -> Dataset:
+    """The 10k test set split into 8,000 train / 2,000 test by a fixed permutation (seed 0)."""
     perm = np.random.default_rng(0).permutation(len(y))
-    n = int(0.8 * len(y))
-    return Dataset(x[perm[:n]], y[perm[:n]], x[perm[n:]], y[perm[n:]],
-                   "MNIST unavailable (no IDX files here, and offline): using scikit-learn's 8x8 digits (1,437 train / 360 test)")
+    tr, te = perm[:SPLIT_TRAIN], perm[SPLIT_TRAIN:]
+    return Dataset(x[tr], y[tr], x[te], y[te],
+                   f"{where}: split {len(tr):,} train / {len(te):,} test (fixed permutation, seed 0)")
+
+
+def _sha256(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def shipped() -> Dataset:
+    """The MNIST test set shipped in the package, SHA-256 verified, split 8,000 / 2,000."""
+    for name, expected in SHIPPED_SHA256.items():
+        path = SHIPPED_DIR / name
+        if not path.exists() or _sha256(path) != expected:
+            raise RuntimeError(f"the MNIST file shipped with tpo_core, {path}, is missing or fails its SHA-256 "
+                               f"check (expected {expected}); reinstall tpo_core or set TPO_DATA_DIR")
+    x = read_idx(SHIPPED_DIR / "t10k-images-idx3-ubyte.gz").reshape(-1, 784).astype(np.float32) / 255.0
+    y = read_idx(SHIPPED_DIR / "t10k-labels-idx1-ubyte.gz").astype(np.int32)
+    return _split_test_set(x, y, "MNIST test set only (shipped with tpo_core, SHA-256 verified)")
 
 
 def load(data_dir=None, *, allow_download: bool = True, verbose: bool = True) -> Dataset:
-    """Load MNIST as float32 images in [0, 1] (flattened) and int32 labels."""
+    """Load MNIST as float32 images in [0, 1] (flattened) and int32 labels (search order: module docstring)."""
     dirs = [pathlib.Path(data_dir)] if data_dir else []
     if os.environ.get("TPO_DATA_DIR"):
         dirs.append(pathlib.Path(os.environ["TPO_DATA_DIR"]))
@@ -136,7 +154,7 @@ def load(data_dir=None, *, allow_download: bool = True, verbose: bool = True) ->
     if ds is None and allow_download and download(cache_dir()):
         ds = _from_dir(cache_dir())
     if ds is None:
-        ds = _sklearn_digits()
+        ds = shipped()
     if verbose:
         print(f"[tpo_core.mnist] {ds.source}", file=sys.stderr)
     return ds

@@ -1,4 +1,4 @@
-"""Plotly figures shared by the book and the demo, with one colour per symbol everywhere.
+"""Plotly figures shared by the book and the demo: one colour per symbol and one per method, everywhere.
 
 ``setup()`` picks a renderer that works where the code runs:
 
@@ -15,30 +15,36 @@ import sys
 
 import numpy as np
 
-COLORS = {  # same symbol, same colour, in equations, the book and the demo
-    "p_old": "#7f7f7f",   # behaviour distribution
-    "p": "#1f77b4",       # current policy over the group
-    "q": "#ff7f0e",       # TPO target
-    "u": "#2ca02c",       # standardised scores
-    "grad": "#d62728",    # p - q
-    "tpo": "#ff7f0e",
-    "tpo_token": "#ff7f0e",
-    "grpo": "#1f77b4",
-    "grpo_token": "#1f77b4",
-    "grpo_no_kl": "#17becf",
-    "grpo_masked": "#9edae5",
-    "grpo_trl": "#aec7e8",
-    "dapo": "#393b79",
-    "ppo": "#9467bd",
+SYMBOL_COLORS = {  # same symbol, same colour, in equations, the book and the demo
+    "p_old": "#7f7f7f",   # behaviour distribution (grey)
+    "p": "#1f77b4",       # current policy over the group (blue)
+    "q": "#ff7f0e",       # TPO target (orange)
+    "u": "#2ca02c",       # standardised scores (green)
+    "grad": "#d62728",    # p - q (red)
+}
+# Methods have their own palette, with no hue of a symbol above (no blue, orange, green, red or grey), so a
+# figure that draws a method beside p, q or u never makes one colour mean two things. Families share a hue:
+# TPO black, the GRPO variants purple, the single-sample PG family brown / pink / cyan.
+METHOD_COLORS = {
+    "tpo": "#000000",
+    "tpo_token": "#000000",
+    "tpo_no_anchor": "#80cdc1",
+    "grpo": "#7b3294",
+    "grpo_token": "#7b3294",
+    "grpo_no_kl": "#c9a0dc",
+    "grpo_masked": "#a55bd0",
+    "grpo_trl": "#40004b",
+    "dapo": "#01665e",
+    "ppo": "#17becf",
     "pg": "#8c564b",
     "dg": "#e377c2",
     "rloo": "#bcbd22",
-    "rebel": "#7f7f7f",
-    "vmpo": "#2ca02c",
+    "rebel": "#d9b000",
+    "vmpo": "#ae017e",
     "group_pg": "#c49c94",
-    "tpo_no_anchor": "#ffbb78",
-    "ce": "#000000",
+    "ce": "#b8860b",
 }
+COLORS = {**SYMBOL_COLORS, **METHOD_COLORS}
 
 _BOOK_RENDERER = "tpo_book_html"
 

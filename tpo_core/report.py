@@ -175,6 +175,15 @@ def seedwise_table(sw: dict) -> list[str]:
     return lines
 
 
+def _claim(s: dict) -> str:
+    """The paper's claim of a summary's preset: the preset's current wording (the paper's claims are held once, in
+    :mod:`tpo_core.reproduce.presets`), else the text saved in the summary (a preset this package no longer has)."""
+    from .reproduce.presets import PRESETS
+
+    preset = PRESETS.get(s.get("preset"))
+    return preset.claim if preset is not None else s["claim"]
+
+
 def to_markdown(summaries: list[dict], command: str | None = None) -> str:
     """One markdown document: per preset, the claim, the budget, the command and a comparison table."""
     if isinstance(summaries, dict):
@@ -187,7 +196,7 @@ def to_markdown(summaries: list[dict], command: str | None = None) -> str:
               "comparison must resolve (Table 3: half the paper's TPO–GRPO gap in that column).", ""]
     for s in summaries:
         lines += [f"## {s['title']} — `{s['preset']}`, budget `{s['budget']}`{_partial_text(s)}", "",
-                  f"**Paper's claim.** {s['claim']}", "",
+                  f"**Paper's claim.** {_claim(s)}", "",
                   f"**Paper's setting.** {s['paper_setting']}. **This run.** {s['budget_note']}.", "",
                   f"**Command.** `{s['command']}` — {s.get('train_seconds', 0):.0f} s of training on "
                   f"{s.get('devices', 1)} device(s); {_engine_text(s)}.", ""]
@@ -221,7 +230,7 @@ def to_html(summaries: list[dict]) -> str:
     for s in summaries:
         parts += [f"<h2>{e(s['title'])} — <code>{e(s['preset'])}</code>, budget <code>{e(s['budget'])}</code>"
                   f"{e(_partial_text(s))}</h2>",
-                  f"<p><b>Paper's claim.</b> {e(s['claim'])}</p>",
+                  f"<p><b>Paper's claim.</b> {e(_claim(s))}</p>",
                   f"<p><b>Paper's setting.</b> {e(s['paper_setting'])}. <b>This run.</b> {e(s['budget_note'])}.</p>",
                   f"<p><b>Command.</b> <code>{e(s['command'])}</code></p>",
                   "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in HEADER) + "</tr>"]
@@ -272,11 +281,11 @@ def paper_tables_markdown() -> str:
     t2 = ["| reward | target | " + " | ".join(title(m) for m in ms) + " |", "|---" * (len(ms) + 2) + "|"]
     t2 += [f"| {r} | {t.replace('_', ' ')} | " + " | ".join(_cell(P.TABLE2[(m, r, t)]) for m in ms) + " |"
            for r in ("bag", "sequential") for t in ("copy", "flip", "reverse_copy", "reverse_flip")]
-    mnist = ", ".join(f"{title(m)} {v:g} %" for m, v in sorted(P.MNIST.items(), key=lambda kv: kv[1]))
+    mnist = ", ".join(f"{title(m)} {P.mnist_text(m)}" for m, _ in sorted(P.MNIST.items(), key=lambda kv: kv[1]))
     return "\n".join([
-        "### The paper's published numbers (Kaddour 2026, *Target Policy Optimization*, §5 — not produced by this app)",
+        "### The paper's published numbers (Kaddour 2026, *Target Policy Optimization*, §3.3–§3.6 — not produced by this app)",
         "", "**Table 3** — final exact-match error %, terminal reward, reverse copy, V = 2, K = 8, B = 100, 2000 "
         "episodes, 20 seeds (P = prompt-matched, I = interaction-matched; \"−\" = above 95 %):", "", *t3, "",
         "**Table 1** — episodes to 1 % error, dense bag-of-tokens reverse copy, H = 10, K = 8, 20 seeds:", "", *t1, "",
         "**Table 2** — episodes to 1 %, H = 10, V = 2, K = 8, 10 seeds (\"−\": never within 1000 episodes):", "", *t2,
-        "", f"**MNIST contextual bandit** — final greedy test error after 10,000 steps, 20 seeds: {mnist}.", ""])
+        "", f"**MNIST contextual bandit** (§3.3, Fig. 4) — final greedy test error after 10,000 steps, 20 seeds: {mnist}.", ""])

@@ -1,5 +1,6 @@
-"""Reproduce the paper (arXiv 2604.06159 §5): presets, the published numbers, statistics, the reference
-implementation's curves and a resumable runner.
+"""Reproduce the paper's experiments (arXiv 2604.06159: MNIST §3.3, the token tasks §3.4–3.7, the LLM runs §3.8,
+the ablations §4): presets, the published numbers, statistics, the reference implementation's curves and a
+resumable runner.
 
     python -m tpo_core reproduce --list
     python -m tpo_core reproduce table3 --budget paper-h10 --out results/table3_paper_h10

@@ -4,7 +4,8 @@ comparison of ours against them.
 The file is ``assets/token_reversal_sparse_reward_results.npz`` of github.com/JeanKaddour/tpo (20 seeds ×
 2000 episodes of TPO, GRPO and DG). :func:`reference_path` finds it: ``$TPO_REFERENCE_NPZ``, else the cache
 (``$TPO_CACHE_DIR`` or ``~/.cache/tpo_core``), else a download from the reference repository at a pinned
-commit, verified by SHA-256. Offline and uncached, it returns None and says so in one line.
+commit, verified by SHA-256. Offline and uncached, it returns None and says so in one line; the pages then
+fall back to :func:`committed_comparison`, the comparison saved in ``results/table3_paper_h10/summary.json``.
 """
 from __future__ import annotations
 
@@ -68,8 +69,8 @@ def reference_path(allow_download: bool = True, verbose: bool = True, url: str =
             print(f"[tpo_core.reproduce] downloaded the reference curves ({NAME}, sha256 verified)", file=sys.stderr)
         return cached
     if verbose:
-        print(f"[tpo_core.reproduce] reference curves unavailable offline ({NAME}; set TPO_REFERENCE_NPZ): "
-              "comparison skipped", file=sys.stderr)
+        print(f"[tpo_core.reproduce] reference curves unavailable offline ({NAME}; set TPO_REFERENCE_NPZ): no new "
+              "comparison; the book reads the one committed in results/table3_paper_h10/summary.json", file=sys.stderr)
     return None
 
 
@@ -126,3 +127,48 @@ def compare_reference(ours: dict, path=None, checkpoints=CHECKPOINTS) -> dict:
     return dict(checkpoints=list(checkpoints), steps_threshold=STEPS_THRESHOLD, methods=methods,
                 test="two-sided permutation test of equal means (20,000 relabelings) and percentile bootstrap "
                      "95% CI of the difference of means (20,000 resamples of seeds)")
+
+
+def committed_comparison(folder, ours: dict | None = None) -> dict | None:
+    """The comparison with the reference curves committed in ``folder/summary.json`` (its ``reference`` block,
+    :func:`compare_reference`'s output, saved by the runner while the reference file was present), for a page
+    built where the file is not (offline and uncached). None if the summary has no such block.
+
+    ``ours`` ({method: error curves [S, T]}, the seeds committed now): where a method has more or fewer seeds
+    than when the block was saved, its final-error test is recomputed from the block's per-seed reference
+    finals (exact: those are the reference's own final errors) and ``recomputed`` is set; the checkpoint and
+    steps-to-10 % entries, which need the reference curves, are then dropped. ``source`` says in one sentence
+    where the numbers came from."""
+    import copy
+    import json
+
+    path = pathlib.Path(folder) / "summary.json"
+    if not path.exists():
+        return None
+    block = json.loads(path.read_text()).get("reference")
+    if not block or not block.get("methods"):
+        return None
+    out = copy.deepcopy(block)
+    saved_n = {m: d["n_ours"] for m, d in out["methods"].items()}
+    recomputed = []
+    for m, curves in (ours or {}).items():
+        d = out["methods"].get(m)
+        if d is None or len(curves) == d["n_ours"]:
+            continue
+        final_o = 100 * np.asarray(curves, float)[:, -1]
+        final_r = np.asarray(d["per_seed_final_ref"], float)
+        d.update(n_ours=int(len(final_o)), final_ours=float(final_o.mean()), final_ours_se=stats.seed_se(final_o),
+                 per_seed_final_ours=final_o.tolist(), final_test=stats.two_sample_verdict(final_o, final_r,
+                                                                                           resolution()["final"]),
+                 solved_ours=float((final_o < 100 * SOLVED).mean()), recomputed=True)
+        for stale in ("checkpoints", "steps_ours", "steps_test"):
+            d.pop(stale, None)
+        recomputed.append(m)
+    n_ref = sorted({d["n_ref"] for d in out["methods"].values()})
+    saved = ", ".join(f"{m.upper()} {n}" for m, n in saved_n.items())
+    out["source"] = (f"the reference's per-seed final errors ({'/'.join(map(str, n_ref))} seeds) and the comparison "
+                     f"saved in {path.parent.name}/summary.json when the reference file was present (our seeds then: "
+                     f"{saved})" + (f"; the final-error test recomputed for {', '.join(m.upper() for m in recomputed)} "
+                                    "with the seeds committed now" if recomputed else ""))
+    out["recomputed"] = recomputed
+    return out
