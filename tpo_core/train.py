@@ -14,6 +14,7 @@ One token-task episode (arXiv 2604.06159 §4; the reference repository's token-r
     prompts ~ U{0..V-1}^[B, H] from fold_in(key_seed, e)
     rollout  answers [B, K, H] at temperature 1 (prompt encoded once, KV cache over answers)
     rewards, scores, error (measured before the update)
+    refill variants (``tpo_refill``): round(B·r) prompts drawn, the first B informative groups kept
     epochs × { loss(batch) -> grads -> Muon/AdamW update }   # full batch, q/advantages frozen
 """
 from __future__ import annotations
