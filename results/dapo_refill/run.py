@@ -84,6 +84,21 @@ def summary(budget: str, n_seeds: int) -> dict:
     out.update(comps)
     # mean error over the whole run (area under the curve), per sampled completion budget
     out["auc_prompt_matched"] = dict(tpo=(100 * tpo.mean(1)).tolist(), tpo_refill=(100 * ref.mean(1)).tolist())
+    # speed and stability, on the 10-episode moving mean of the error
+    smooth = lambda e: np.stack([np.convolve(x, np.ones(10) / 10, "valid") for x in e])  # [S, T - 9], ends at t + 9
+    def first_below(e, level):
+        return [int(np.argmax(x < level)) + 9 if (x < level).any() else None for x in smooth(e)]
+    def relapsed(e):  # reached < 1 % and later went back above 20 %
+        out = []
+        for x in smooth(e):
+            hit = np.flatnonzero(x < 0.01)
+            out.append(bool(len(hit) and (x[hit[0]:] > 0.2).any()))
+        return out
+    per_ep = out["rollouts_per_episode"]
+    out["first_episode_below_5pct"] = dict(tpo=first_below(tpo, 0.05), tpo_refill=first_below(ref, 0.05))
+    out["rollouts_to_below_5pct"] = {k: [None if e is None else (e + 1) * per_ep[k] for e in v]
+                                    for k, v in out["first_episode_below_5pct"].items()}
+    out["relapsed_after_1pct"] = dict(tpo=relapsed(tpo), tpo_refill=relapsed(ref))
     return out
 
 
@@ -97,5 +112,6 @@ if __name__ == "__main__":
         train(a.budget, a.seeds)
     s = summary(a.budget, a.seeds)
     (OUT / f"summary_{a.budget}.json").write_text(json.dumps(s, indent=1) + "\n")
-    print(json.dumps({k: s[k] for k in ("seeds", "fill_frac", "prompt_matched", "rollout_matched")}, indent=1))
+    print(json.dumps({k: s[k] for k in ("seeds", "fill_frac", "prompt_matched", "rollout_matched",
+                                        "first_episode_below_5pct", "relapsed_after_1pct")}))
     sys.exit(0)
