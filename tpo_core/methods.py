@@ -35,10 +35,17 @@ class Method:
     variant: str = "paper"     # "paper", "ablation", "TRL/verl", "DAPO", "beyond the paper"
     bandit: Optional[Callable] = None  # (logits, actions, labels, adv, hp) -> scalar
     learned: tuple = ()        # names of extra scalar parameters learned with the policy (V-MPO)
+    oversample: float = 1.0    # refill variants: groups drawn per episode = round(B·oversample) (see tpo_refill)
+    refill: bool = False       # keep the first B informative groups of the draw; mask the rest (batch["keep"])
 
     @property
     def dense_only(self) -> bool:
         return self.sampling == "token"
+
+    def groups_drawn(self, B: int) -> int:
+        """Prompts (groups) sampled per episode for a batch of B: B, or round(B·oversample) for a refill variant.
+        Rollouts per episode are this times K, the count an interaction-matched comparison uses."""
+        return max(B, int(round(B * self.oversample)))
 
 
 def _adv(batch):
@@ -70,6 +77,44 @@ def _bandit_grpo(logits, actions, labels, adv, hp):
     r = (actions == labels).astype(jnp.float32)
     z = (r - r.mean()) / (r.std() + L.GRPO_EPS)
     return L.pg_loss(_picked(logits, actions)[:, None], z[:, None])
+
+
+# ---- dynamic-sampling refill (DAPO's trick, on a static shape) -------------------------------------
+def refill_select(scores, B: int):
+    """Indices of the ``B`` groups a refill variant trains on, and which of them are informative.
+
+    ``scores`` [N, K] are the N >= B groups drawn this episode. Informative groups (scores not all equal,
+    :func:`tpo_core.losses.zero_variance`) come first, in draw order (a stable sort), then the rest; the first
+    B are kept. ``keep`` [B] is False for the filler taken when fewer than B of the N are informative (the
+    loss masks it), so ``keep.mean()`` is the fill fraction. DAPO itself keeps sampling until the batch is
+    full; with a fixed oversampling factor the batch is filled from what was drawn and the shortfall logged.
+    """
+    informative = ~L.zero_variance(scores)                                   # [N]
+    order = jnp.argsort((~informative).astype(jnp.int32), stable=True)       # informative first, draw order kept
+    idx = order[:B]
+    return idx, informative[idx]
+
+
+def _tpo_refill_loss(b, hp):
+    """TPO's cross-entropy to q, averaged over the kept (informative) groups only; 0 when none is kept."""
+    q = L.tpo_target(b["logp_old"], b["scores"], hp["eta"], std_floor=hp["std_floor"])
+    ce = -(q * jax.nn.log_softmax(b["logp"], axis=-1)).sum(-1)               # [B]
+    keep = b["keep"].astype(jnp.float32)
+    return (ce * keep).sum() / jnp.maximum(keep.sum(), 1.0)
+
+
+def tpo_refill(oversample: float = 2.0, name: str | None = None) -> Method:
+    """TPO + dynamic-sampling refill: draw round(B·oversample) prompts' groups of K, train on the first B
+    informative ones (TPO's loss over exactly those). ``oversample`` r >= 1 is static (it sets the rollout
+    shape); register the returned method to use another r, e.g. ``register(tpo_refill(4))`` gives
+    ``"tpo_refill_x4"``. Each episode costs r·B·K rollouts against TPO's B·K."""
+    if not (isinstance(oversample, (int, float)) and oversample >= 1):
+        raise ValueError(f"oversample must be a number >= 1, got {oversample!r}")
+    return Method(
+        name or f"tpo_refill_x{oversample:g}", f"TPO + refill (×{oversample:g})", "group", 4, _tpo_refill_loss,
+        f"TPO on the first B informative groups of {oversample:g}·B drawn (DAPO's dynamic sampling, fixed "
+        "oversampling; zero-variance filler masked when fewer are informative).",
+        variant="beyond the paper", oversample=float(oversample), refill=True)
 
 
 REGISTRY: dict[str, Method] = {}
@@ -133,6 +178,7 @@ register(Method(
                               b["learned"]["log_alpha"]),
     "q ∝ π_old·exp(A/η) on the top half, learned η, KL trust region; no critic.",
     variant="beyond the paper", learned=("log_temperature", "log_alpha")))
+register(tpo_refill(2.0, "tpo_refill"))
 register(Method(
     "tpo_token", "TPO_token", "token", 4,
     lambda b, hp: L.tpo_token_loss(b["logp"], b["logp_old"], b["scores"], hp["eta"]),

@@ -14,6 +14,7 @@ One token-task episode (arXiv 2604.06159 §4; the reference repository's token-r
     prompts ~ U{0..V-1}^[B, H] from fold_in(key_seed, e)
     rollout  answers [B, K, H] at temperature 1 (prompt encoded once, KV cache over answers)
     rewards, scores, error (measured before the update)
+    refill variants (``tpo_refill``): round(B·r) prompts drawn, the first B informative groups kept
     epochs × { loss(batch) -> grads -> Muon/AdamW update }   # full batch, q/advantages frozen
 """
 from __future__ import annotations
@@ -169,6 +170,7 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
     spec = cfg.spec
     B, H, V, K, E = cfg.B, cfg.H, cfg.V, cfg.K, cfg.n_epochs
     ks = cfg.samples_per_prompt
+    n_draw = spec.groups_drawn(B) if spec.sampling == "group" else B  # > B only for a refill variant
     n_track = min(cfg.track, B)
     tx = make_optimizer(cfg.optimizer)
     graphdef = nnx.graphdef(nnx.eval_shape(lambda: _transformer(cfg, jax.random.key(0))))
@@ -184,7 +186,7 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
 
     def rollout(params, key, e, knobs):
         kp, ksmp, kc = jax.random.split(jax.random.fold_in(key, e), 3)
-        prompts = jax.random.randint(kp, (B, H), 0, V)
+        prompts = jax.random.randint(kp, (n_draw, H), 0, V)
         policy = model(params)
         answers, logp_full_old = policy.sample(prompts, ksmp, ks)             # [B, ks, H], [B, ks, H, V]
         if cfg.old_logp == "teacher_forced":  # recompute with the loss's own forward (+1 forward per episode)
@@ -209,7 +211,10 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
             noise_key = jax.random.fold_in(jax.random.fold_in(key, e), NOISE_STREAM)
             noise = jax.random.normal(noise_key, batch["scores"].shape)
             batch["scores"] = batch["scores"] + knobs["reward_noise"] * noise
-        return batch, tasks.error_rate(scores)
+        if spec.refill:  # dynamic-sampling refill: the first B informative groups of the n_draw drawn
+            idx, keep = methods.refill_select(batch["scores"], B)
+            batch = dict({k: v[idx] for k, v in batch.items()}, keep=keep)
+        return batch, tasks.error_rate(scores)  # error of every sampled completion (all n_draw groups)
 
     def loss_fn(params, batch, hp):
         logp_full = model(params).answer_logprobs(batch["prompts"], batch["answers"])  # [B, ks, H, V]
@@ -254,6 +259,8 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
             metrics = dict(error=error, loss=loss[0], grad_norm=gnorm[0], grad_norm_last=gnorm[-1],
                            step_norm=step[0],  # ‖Δθ‖ of the first epoch's update (Muon/Adam: not ∝ ‖∇L‖)
                            update_norm=_param_delta_norm(params["model"], state["params"]["model"]))  # whole episode
+            if spec.refill:  # share of the B training groups that are informative (1 = the refill filled it)
+                metrics["fill_frac"] = batch["keep"].astype(jnp.float32).mean()
             if "scores" in batch:  # group and token methods: group statistics and TPO's target
                 s = batch["scores"].reshape(-1, batch["scores"].shape[-1])
                 lo = batch["logp_old"].reshape(s.shape)

@@ -314,6 +314,17 @@ def _dapo_build(budget):
     return runs, note
 
 
+def dapo_refill_runs(budget: str, seeds: int = 8) -> tuple[list, str]:
+    """TPO vs TPO + dynamic-sampling refill (``tpo_refill``, r = 2) at the ``dapo`` preset's setting, per-seed
+    runs. Not a registered preset: ``results/dapo_refill/run.py`` drives it and writes its own summary (the
+    prompt-matched and rollout-matched comparisons)."""
+    base, _, _ = _beyond_base(budget)
+    runs = [Run(m, _token(budget, method=m, reward="terminal", **base), _seeds(seeds),
+                (("method", m), ("H", base["H"])), seed_batch=1) for m in ("tpo", "tpo_refill")]
+    cfg = runs[0].cfg
+    return runs, f"H={cfg.H}, V={cfg.V}, B={cfg.B}, K={cfg.K}, {cfg.episodes} episodes, {seeds} seeds"
+
+
 STD_NOISE = 0.01
 
 
