@@ -1,14 +1,25 @@
-"""Colab, simulated: a fresh virtual environment whose jax is *not* the one requirements.txt pins (Colab
-ships its own build), a stand-in ``google.colab`` module, the chapter's own install cell from its
-committed notebook (what the Colab button opens), pointed at this checkout instead of GitHub, then the
-chapter's cells at the quick budget in that environment's kernel.
+"""Colab, simulated: one fresh virtual environment per test session whose jax is *not* the one requirements.txt
+pins (Colab ships its own build) and which, like Colab, has torch preinstalled and no myst_nb; a stand-in
+``google.colab`` module; each notebook as Colab opens it (the committed ``.ipynb``), its own install cell run with
+its ``REPOSITORY`` variable pointed at this checkout's HEAD commit (commit first: the working tree is not what
+installs), then its cells at the quick budget in that environment's kernel, in a folder with nothing of the
+checkout in it.
 
-What it checks: the install cell keeps the preinstalled jax/jaxlib (its constraints work), ``tpo_core``
-installs from the repository with them, and the chapter runs against the installed package, not the
-checkout. Needs the package index (PyPI); without it the test skips (fails under CI=true).
+Three levels:
+
+- ``make test``: chapter 01 end to end, and for *every* notebook the install cell, the setup cell and every
+  import statement of every code cell (what breaks in Colab without running the training cells: a bare
+  ``myst_nb`` import, a module the install cell does not install, an install that replaces Colab's jax);
+- ``make test-colab`` (``TPO_COLAB_ALL=1``; also a GitHub workflow): every notebook end to end;
+- ``TPO_COLAB_PUBLISHED=1`` (the ``colab-install`` GitHub workflow): chapter 01's install cell unchanged, so
+  from the published URL in ``_config.yml``, then ``import tpo_core``.
+
+Each check asserts that jax, jaxlib and torch are still Colab's afterwards and that no cell failed. Needs the
+package index; without it the tests skip (fail under CI=true).
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import pathlib
@@ -24,8 +35,14 @@ from book import sync
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHAPTER = "01_policy_gradients"     # cheap (≈ 10 s of cells on a CPU) and the first page a reader opens
+NOTEBOOKS = [md.stem for md in sync.sources()]
 COLAB_JAX = "0.9.2"                 # any jax other than requirements.txt's, with a py3.11 CPU wheel
+# Colab preinstalls torch (chapter 10's install cell pins Colab's own torch as a constraint; the cheat sheet
+# imports it); 2.13.0 is the CPU build pip finds here. "" leaves it out (for a job that runs no such notebook).
+COLAB_TORCH = os.environ.get("TPO_COLAB_TORCH", "2.13.0")
 KERNEL_PACKAGES = ["ipykernel==7.4.0", "nbclient==0.11.0", "jupytext==1.19.6"]
+ALL = os.environ.get("TPO_COLAB_ALL") == "1"
+PUBLISHED = os.environ.get("TPO_COLAB_PUBLISHED") == "1"
 
 
 def _pinned_jax() -> str:
@@ -41,13 +58,6 @@ def _offline(why: str):
 
 def _run(cmd, timeout, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
-
-
-def _head_commit() -> str:
-    out = _run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], 30)
-    if out.returncode != 0:
-        pytest.skip("not a git checkout: the install cell installs from a git URL")
-    return out.stdout.strip()
 
 
 COLAB_OUTPUT = textwrap.dedent('''
@@ -81,11 +91,11 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 DRIVER = textwrap.dedent('''
     """Run inside the simulated Colab environment: execute a notebook, print one JSON line."""
     import json, sys, time
-    import jupytext, nbclient, nbformat
+    import nbclient, nbformat
 
-    nb = jupytext.read(sys.argv[1])
+    nb = nbformat.read(sys.argv[1], as_version=4)
     t0 = time.perf_counter()
-    client = nbclient.NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=False)
+    client = nbclient.NotebookClient(nb, timeout=1800, kernel_name="python3", allow_errors=False)
     try:
         client.execute()
         error = None
@@ -96,83 +106,193 @@ DRIVER = textwrap.dedent('''
     print(json.dumps({"error": error, "seconds": time.perf_counter() - t0, "stdout": streams}))
 ''')
 
+VERSIONS = textwrap.dedent('''
+    import importlib.metadata as m
+    def version(p):
+        try:
+            return m.version(p)
+        except m.PackageNotFoundError:
+            return "absent"
+    print(*(version(p) for p in ("jax", "jaxlib", "torch")))
+''')
 
-def test_chapter_runs_in_a_simulated_colab_and_keeps_its_jax(tmp_path):
-    t_start = time.perf_counter()
-    assert COLAB_JAX != _pinned_jax(), "the simulation must start from a jax other than requirements.txt's"
-    commit = _head_commit()
 
-    # 1. the package index: can we fetch the stand-in Colab jax at all?
-    probe = _run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(tmp_path / "probe"),
-                  f"jax=={COLAB_JAX}"], 300)
-    if probe.returncode != 0:
-        _offline(probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else "pip download failed")
+class ColabEnv:
+    """The simulated Colab: a venv with Colab's "preinstalled" jax, jaxlib and torch, and the google.colab stub."""
 
-    # 2. a fresh environment (no system site-packages) with Colab's "preinstalled" jax and a kernel
-    venv = tmp_path / "colab-venv"
-    made = _run([sys.executable, "-m", "venv", str(venv)], 300)
-    assert made.returncode == 0, made.stderr
-    py = venv / "bin" / "python"
-    pip = _run([str(py), "-m", "pip", "install", "-q", f"jax=={COLAB_JAX}", f"jaxlib=={COLAB_JAX}",
-                *KERNEL_PACKAGES], 900)
-    if pip.returncode != 0 and ("Could not find" in pip.stderr or "connection" in pip.stderr.lower()):
-        _offline(pip.stderr.strip().splitlines()[-1])
-    assert pip.returncode == 0, pip.stderr[-3000:]
+    def __init__(self, base: pathlib.Path, commit: str):
+        self.base, self.commit = base, commit
+        self.py = base / "colab-venv" / "bin" / "python"
+        self.stub = base / "colab-stub"
+        self.env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "TPO_BOOK_BUILD")}
+        self.env.update(PYTHONPATH=str(self.stub), TPO_QUICK="1",
+                        PATH=f"{self.py.parent}:{self.env.get('PATH', '')}",
+                        TPO_JAX_CACHE=str(base / "jax-cache"), PYTHONNOUSERSITE="1")
+        self.env.pop("XLA_FLAGS", None)       # the suite's fast-compile flags: not Colab's
+        self.seconds: dict[str, float] = {}
 
-    # 3. the stand-in google.colab module (Colab imports it at start-up; the install cell looks for it)
-    stub = tmp_path / "colab-stub"
-    (stub / "google" / "colab").mkdir(parents=True)
-    (stub / "google" / "__init__.py").write_text("")
-    (stub / "google" / "colab" / "__init__.py").write_text('"""Stand-in for Colab\'s module (tests/test_colab.py)."""\n')
-    (stub / "google" / "colab" / "output.py").write_text(COLAB_OUTPUT)   # jax's debugger imports it on Colab
+    def build(self):
+        probe = _run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(self.base / "probe"),
+                      f"jax=={COLAB_JAX}"], 300)
+        if probe.returncode != 0:
+            _offline(probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else "pip download failed")
+        made = _run([sys.executable, "-m", "venv", str(self.py.parent.parent)], 300)   # no system site-packages
+        assert made.returncode == 0, made.stderr
+        t0 = time.perf_counter()
+        torch = [f"torch=={COLAB_TORCH}"] if COLAB_TORCH else []     # TPO_COLAB_TORCH="": no torch (a quicker env)
+        pip = _run([str(self.py), "-m", "pip", "install", "-q", f"jax=={COLAB_JAX}", f"jaxlib=={COLAB_JAX}",
+                    *torch, *KERNEL_PACKAGES], 1800)
+        if pip.returncode != 0 and ("Could not find" in pip.stderr or "connection" in pip.stderr.lower()):
+            _offline(pip.stderr.strip().splitlines()[-1])
+        assert pip.returncode == 0, pip.stderr[-3000:]
+        self.seconds["environment"] = time.perf_counter() - t0
+        (self.stub / "google" / "colab").mkdir(parents=True)
+        (self.stub / "google" / "__init__.py").write_text("")
+        (self.stub / "google" / "colab" / "__init__.py").write_text(
+            '"""Stand-in for Colab\'s module (tests/test_colab.py)."""\n')
+        (self.stub / "google" / "colab" / "output.py").write_text(COLAB_OUTPUT)  # jax's debugger imports it on Colab
+        self.preinstalled = self.versions()
+        assert self.preinstalled[:2] == [COLAB_JAX, COLAB_JAX], self.preinstalled
+        return self
 
-    # 4. the chapter as Colab opens it: the committed notebook, its install cell pointed at this checkout
-    nb = json.loads((ROOT / "book" / f"{CHAPTER}.ipynb").read_text())
+    def versions(self) -> list[str]:
+        out = _run([str(self.py), "-c", VERSIONS], 120, env=self.env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.split()
+
+    def execute(self, name: str, nb: dict) -> dict:
+        work = self.base / "content" / name      # Colab's working folder; nothing of the checkout in it
+        work.mkdir(parents=True)
+        (work / "notebook.ipynb").write_text(json.dumps(nb))
+        (work / "driver.py").write_text(DRIVER)
+        run = _run([str(self.py), "driver.py", "notebook.ipynb"], 3600, cwd=work, env=self.env)
+        assert run.returncode == 0, run.stderr[-3000:]
+        report = json.loads(run.stdout.strip().splitlines()[-1])
+        assert report["error"] is None, f"{name}: " + ANSI.sub("", report["error"] + "\n--- output of the first cells:\n"
+                                                                + "\n".join(report["stdout"][:6]))[-6000:]
+        assert any(f"colab-sim: jax {COLAB_JAX} kept" in s for s in report["stdout"]), report["stdout"][:3]
+        after = self.versions()
+        assert after == self.preinstalled, f"{name}: jax, jaxlib, torch were {self.preinstalled}, now {after}"
+        return report
+
+
+def _cell(src: str) -> dict:
+    return {"cell_type": "code", "metadata": {}, "source": src, "outputs": [], "execution_count": None}
+
+
+def _python(source: str) -> str:
+    """A code cell as plain Python: IPython's ``!shell`` and ``%magic`` lines become ``pass``."""
+    return "\n".join(re.sub(r"^(\s*)[!%].*$", r"\1pass", line) for line in source.splitlines())
+
+
+def import_statements(source: str) -> list[str]:
+    """A code cell's top-level imports: ``import``/``from`` statements and ``try`` blocks made only of them."""
+    text = _python(source)
+    tree = ast.parse(text)
+    imports = (ast.Import, ast.ImportFrom)
+    keep = [n for n in tree.body if isinstance(n, imports)
+            or (isinstance(n, ast.Try) and all(isinstance(s, imports) for s in n.body))]
+    return [ast.get_source_segment(text, n) for n in keep]
+
+
+def colab_notebook(stem: str, repository: str | None, part: str = "all") -> dict:
+    """The committed notebook as the simulation runs it. ``repository``: the install cell's REPOSITORY value
+    (None: unchanged, the published URL). ``part``: "all" cells; "setup": the install cell, the first cell after
+    it and every import statement of the later cells; "install": the install cell only."""
+    nb = json.loads((ROOT / "book" / f"{stem}.ipynb").read_text())
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     install = "".join(code[0]["source"])
-    assert "google.colab" in install and "pip" in install, "the first code cell is not the Colab install cell"
-    local = f"file://localhost{ROOT}@{commit}"    # PEP 508 wants a host in the URL (pip <24 rejects file:///)
-    rewritten, n = re.subn(r'^(\s*REPOSITORY\s*=\s*)"[^"]*"', lambda m: f'{m.group(1)}"{local}"', install, flags=re.M)
-    assert n == 1, f"{CHAPTER}.ipynb: no REPOSITORY line in the install cell:\n{install}"
-    code[0]["source"] = rewritten
-    first = nb["cells"].index(code[0])
+    assert "google.colab" in install and "pip" in install, f"{stem}: the first code cell is not the install cell"
+    published = re.findall(r'^\s*REPOSITORY\s*=\s*"([^"]*)"', install, re.M)
+    assert published == [sync.repository()], f"{stem}.ipynb: REPOSITORY {published} is not _config.yml's"
+    if repository is not None:
+        install = re.sub(r'^(\s*REPOSITORY\s*=\s*)"[^"]*"', lambda m: f'{m.group(1)}"{repository}"', install,
+                         flags=re.M)
+    code[0]["source"] = install
     check = textwrap.dedent(f'''
-        import importlib.metadata, jax
+        import importlib.metadata, importlib.util, jax, pathlib
         assert jax.__version__ == "{COLAB_JAX}", f"the install cell replaced Colab's jax with {{jax.__version__}}"
         assert importlib.metadata.version("jaxlib") == "{COLAB_JAX}", "the install cell replaced Colab's jaxlib"
-        import tpo_core, pathlib
+        assert importlib.util.find_spec("myst_nb") is None, "myst_nb is installed: Colab has none"
+        import tpo_core
         assert "site-packages" in tpo_core.__file__, f"tpo_core came from {{tpo_core.__file__}}, not the install"
         print("colab-sim: jax", jax.__version__, "kept; tpo_core from", pathlib.Path(tpo_core.__file__).parent)
     ''')
-    cell = lambda src: {"cell_type": "code", "metadata": {}, "source": src, "outputs": [], "execution_count": None}
-    nb["cells"][first + 1:first + 1] = [cell(check)]
-    nb["cells"].insert(0, cell("import google.colab  # Colab imports it at start-up\n"))
-    work = tmp_path / "content"                        # Colab's working folder; nothing of the checkout in it
-    work.mkdir()
-    (work / f"{CHAPTER}.ipynb").write_text(json.dumps(nb))
-    (work / "driver.py").write_text(DRIVER)
+    if part == "all":
+        cells = nb["cells"]
+        cells.insert(cells.index(code[0]) + 1, _cell(check))
+    elif part == "setup":
+        later = [s for c in code[2:] for s in import_statements("".join(c["source"]))]
+        cells = [code[0], _cell(check), code[1], _cell("\n".join(dict.fromkeys(later)) or "pass")]
+    else:
+        cells = [code[0], _cell(check)]
+    nb["cells"] = [_cell("import google.colab  # Colab imports it at start-up\n"), *cells]
+    return nb
 
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "TPO_BOOK_BUILD")}
-    env.update(PYTHONPATH=str(stub), TPO_QUICK="1", PATH=f"{venv / 'bin'}:{env.get('PATH', '')}",
-               TPO_JAX_CACHE=str(tmp_path / "jax-cache"), PYTHONNOUSERSITE="1")
-    env.pop("XLA_FLAGS", None)
-    run = _run([str(py), "driver.py", f"{CHAPTER}.ipynb"], 1800, cwd=work, env=env)
-    assert run.returncode == 0, run.stderr[-3000:]
-    report = json.loads(run.stdout.strip().splitlines()[-1])
-    assert report["error"] is None, ANSI.sub("", report["error"] + "\n--- output of the first cells:\n"
-                                             + "\n".join(report["stdout"][:4]))
-    assert any("colab-sim: jax " + COLAB_JAX in s for s in report["stdout"]), report["stdout"][:3]
 
-    # 5. after the whole chapter, the environment still has Colab's jax
-    after = _run([str(py), "-c", "import jax, jaxlib; print(jax.__version__, jaxlib.__version__)"], 120, env=env)
-    assert after.stdout.split() == [COLAB_JAX, COLAB_JAX], after.stdout + after.stderr
-    print(f"Colab simulation of {CHAPTER}: cells {report['seconds']:.0f} s, "
-          f"whole test {time.perf_counter() - t_start:.0f} s")
+def _local_repository() -> str:
+    out = _run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], 30)
+    if out.returncode != 0:
+        pytest.skip("not a git checkout: the install cell installs from a git URL")
+    return f"file://localhost{ROOT}@{out.stdout.strip()}"   # PEP 508 wants a host in the URL (pip <24: file:///)
+
+
+@pytest.fixture(scope="session")
+def colab(tmp_path_factory):
+    assert COLAB_JAX != _pinned_jax(), "the simulation must start from a jax other than requirements.txt's"
+    env = ColabEnv(tmp_path_factory.mktemp("colab"), _local_repository()).build()
+    print(f"\ncolab-sim: environment built in {env.seconds['environment']:.0f} s")
+    return env
+
+
+def test_the_simulated_colab_has_colab_s_jax_and_torch_and_no_myst_nb(colab):
+    jax_, jaxlib, torch = colab.preinstalled
+    assert (jax_, jaxlib, torch.split("+")[0]) == (COLAB_JAX, COLAB_JAX, COLAB_TORCH or "absent"), colab.preinstalled
+    out = _run([str(colab.py), "-c", "import importlib.util as u; print(u.find_spec('myst_nb'), "
+                "u.find_spec('tpo_core'), u.find_spec('google.colab') is not None)"], 120, env=colab.env)
+    assert out.stdout.split() == ["None", "None", "True"], out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("stem", NOTEBOOKS)
+def test_every_notebook_installs_and_imports_in_a_simulated_colab(colab, stem):
+    """Install cell, setup cell and every import of the notebook, with myst_nb absent (no training cells)."""
+    t0 = time.perf_counter()
+    report = colab.execute(f"setup-{stem}", colab_notebook(stem, colab.commit, "setup"))
+    print(f"colab-sim setup {stem}: cells {report['seconds']:.0f} s, test {time.perf_counter() - t0:.0f} s")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", [CHAPTER] + [s for s in NOTEBOOKS if s != CHAPTER])
+def test_notebook_runs_in_a_simulated_colab_and_keeps_its_jax(colab, stem):
+    if stem != CHAPTER and not ALL:
+        pytest.skip("every notebook end to end: `make test-colab` (TPO_COLAB_ALL=1); `make test` runs chapter 01")
+    t0 = time.perf_counter()
+    report = colab.execute(f"all-{stem}", colab_notebook(stem, colab.commit, "all"))
+    print(f"colab-sim {stem}: cells {report['seconds']:.0f} s, test {time.perf_counter() - t0:.0f} s")
+
+
+@pytest.mark.skipif(not PUBLISHED, reason="installs from the published repository: TPO_COLAB_PUBLISHED=1 "
+                                          "(the colab-install GitHub workflow)")
+def test_the_install_cell_installs_from_the_published_repository(colab):
+    report = colab.execute("published", colab_notebook(CHAPTER, None, "install"))
+    print(f"colab-sim: {CHAPTER}'s install cell from {sync.repository()}: {report['seconds']:.0f} s")
+
+
+def test_import_statements_are_what_the_setup_check_runs():
+    cell = ('import sys\n!pip -q install x\nfrom a import b\nx = 1\ntry:\n    from myst_nb import glue\n'
+            'except ImportError:\n    glue = None\nif x:\n    import never\ndef f():\n    import inner\n')
+    assert import_statements(cell) == ["import sys", "from a import b",
+                                       "try:\n    from myst_nb import glue\nexcept ImportError:\n    glue = None"]
+    nb = colab_notebook(CHAPTER, "file://localhost/x@abc", "setup")
+    sources = ["".join(c["source"]) for c in nb["cells"]]
+    assert sources[0].startswith("import google.colab") and 'REPOSITORY = "file://localhost/x@abc"' in sources[1]
+    assert "find_spec(\"myst_nb\") is None" in sources[2] and "notebook.setup()" in sources[3]
+    assert "import plotly.graph_objects as go" in sources[4]
 
 
 def test_the_install_cell_the_simulation_rewrites_is_the_synced_one():
     """The simulation edits the notebook's REPOSITORY line; it must be the one book.sync took from _config.yml."""
-    md = ROOT / "book" / f"{CHAPTER}.md"
-    cells = sync.to_ipynb(md).cells
-    install = next(c.source for c in cells if sync.is_install_cell(c))
-    assert f'REPOSITORY = "{sync.repository()}"' in install
+    for stem in NOTEBOOKS:
+        cells = sync.to_ipynb(ROOT / "book" / f"{stem}.md").cells
+        install = next(c.source for c in cells if sync.is_install_cell(c))
+        assert f'REPOSITORY = "{sync.repository()}"' in install, stem
