@@ -40,6 +40,9 @@ COLAB_JAX = "0.9.2"                 # any jax other than requirements.txt's, wit
 # Colab preinstalls torch (chapter 10's install cell pins Colab's own torch as a constraint; the cheat sheet
 # imports it); 2.13.0 is the CPU build pip finds here. "" leaves it out (for a job that runs no such notebook).
 COLAB_TORCH = os.environ.get("TPO_COLAB_TORCH", "2.13.0")
+# Colab also preinstalls pandas, which chapters 4, 5 and others import without installing it (their install cells
+# install tpo_core only): the version is Colab's business; any recent one stands in
+COLAB_EXTRA = ["pandas"]
 KERNEL_PACKAGES = ["ipykernel==7.4.0", "nbclient==0.11.0", "jupytext==1.19.6"]
 ALL = os.environ.get("TPO_COLAB_ALL") == "1"
 PUBLISHED = os.environ.get("TPO_COLAB_PUBLISHED") == "1"
@@ -94,8 +97,9 @@ DRIVER = textwrap.dedent('''
     import nbclient, nbformat
 
     nb = nbformat.read(sys.argv[1], as_version=4)
+    keep_going = len(sys.argv) > 2 and sys.argv[2] == "--keep-going"    # every cell runs; errors kept per cell
     t0 = time.perf_counter()
-    client = nbclient.NotebookClient(nb, timeout=1800, kernel_name="python3", allow_errors=False)
+    client = nbclient.NotebookClient(nb, timeout=1800, kernel_name="python3", allow_errors=keep_going)
     try:
         client.execute()
         error = None
@@ -103,7 +107,12 @@ DRIVER = textwrap.dedent('''
         error = f"{type(exc).__name__}: {exc}"[-4000:]
     streams = ["".join(o.get("text", "")) for c in nb.cells if c.cell_type == "code"
                for o in c.get("outputs", []) if o.get("output_type") == "stream"]
-    print(json.dumps({"error": error, "seconds": time.perf_counter() - t0, "stdout": streams}))
+    cells = [{"tag": c.metadata.get("colab_sim", ""),
+              "stdout": "".join("".join(o.get("text", "")) for o in c.get("outputs", []) if o.get("output_type") == "stream"),
+              "error": next((f"{o['ename']}: {o['evalue']}\n" + "\n".join(o.get("traceback", []))[-3000:]
+                             for o in c.get("outputs", []) if o.get("output_type") == "error"), None)}
+             for c in nb.cells if c.cell_type == "code"]
+    print(json.dumps({"error": error, "seconds": time.perf_counter() - t0, "stdout": streams, "cells": cells}))
 ''')
 
 VERSIONS = textwrap.dedent('''
@@ -141,7 +150,7 @@ class ColabEnv:
         t0 = time.perf_counter()
         torch = [f"torch=={COLAB_TORCH}"] if COLAB_TORCH else []     # TPO_COLAB_TORCH="": no torch (a quicker env)
         pip = _run([str(self.py), "-m", "pip", "install", "-q", f"jax=={COLAB_JAX}", f"jaxlib=={COLAB_JAX}",
-                    *torch, *KERNEL_PACKAGES], 1800)
+                    *torch, *COLAB_EXTRA, *KERNEL_PACKAGES], 1800)
         if pip.returncode != 0 and ("Could not find" in pip.stderr or "connection" in pip.stderr.lower()):
             _offline(pip.stderr.strip().splitlines()[-1])
         assert pip.returncode == 0, pip.stderr[-3000:]
@@ -152,22 +161,29 @@ class ColabEnv:
             '"""Stand-in for Colab\'s module (tests/test_colab.py)."""\n')
         (self.stub / "google" / "colab" / "output.py").write_text(COLAB_OUTPUT)  # jax's debugger imports it on Colab
         self.preinstalled = self.versions()
+        out = _run([str(self.py), "-c", "import importlib.util as u; print(u.find_spec('myst_nb'), "
+                    "u.find_spec('tpo_core'), u.find_spec('google.colab') is not None)"], 120, env=self.env,
+                   cwd=self.base)                                        # the checkout's tpo_core/ is not on the path
+        self.fresh = out.stdout.split()                                  # before any install cell ran
         assert self.preinstalled[:2] == [COLAB_JAX, COLAB_JAX], self.preinstalled
         return self
 
     def versions(self) -> list[str]:
-        out = _run([str(self.py), "-c", VERSIONS], 120, env=self.env)
+        out = _run([str(self.py), "-c", VERSIONS], 120, env=self.env, cwd=self.base)   # not the checkout's cwd
         assert out.returncode == 0, out.stderr[-2000:]
         return out.stdout.split()
 
-    def execute(self, name: str, nb: dict) -> dict:
+    def execute(self, name: str, nb: dict, keep_going: bool = False) -> dict:
         work = self.base / "content" / name      # Colab's working folder; nothing of the checkout in it
         work.mkdir(parents=True)
         (work / "notebook.ipynb").write_text(json.dumps(nb))
         (work / "driver.py").write_text(DRIVER)
-        run = _run([str(self.py), "driver.py", "notebook.ipynb"], 3600, cwd=work, env=self.env)
+        run = _run([str(self.py), "driver.py", "notebook.ipynb", *(["--keep-going"] if keep_going else [])], 3600,
+                   cwd=work, env=self.env)
         assert run.returncode == 0, run.stderr[-3000:]
         report = json.loads(run.stdout.strip().splitlines()[-1])
+        if keep_going:
+            return report
         assert report["error"] is None, f"{name}: " + ANSI.sub("", report["error"] + "\n--- output of the first cells:\n"
                                                                 + "\n".join(report["stdout"][:6]))[-6000:]
         assert any(f"colab-sim: jax {COLAB_JAX} kept" in s for s in report["stdout"]), report["stdout"][:3]
@@ -176,8 +192,9 @@ class ColabEnv:
         return report
 
 
-def _cell(src: str) -> dict:
-    return {"cell_type": "code", "metadata": {}, "source": src, "outputs": [], "execution_count": None}
+def _cell(src: str, tag: str = "") -> dict:
+    return {"cell_type": "code", "metadata": {"colab_sim": tag} if tag else {}, "source": src, "outputs": [],
+            "execution_count": None}
 
 
 def _python(source: str) -> str:
@@ -195,10 +212,22 @@ def import_statements(source: str) -> list[str]:
     return [ast.get_source_segment(text, n) for n in keep]
 
 
-def colab_notebook(stem: str, repository: str | None, part: str = "all") -> dict:
-    """The committed notebook as the simulation runs it. ``repository``: the install cell's REPOSITORY value
-    (None: unchanged, the published URL). ``part``: "all" cells; "setup": the install cell, the first cell after
-    it and every import statement of the later cells; "install": the install cell only."""
+def _check_cell() -> str:
+    return textwrap.dedent(f'''
+        import importlib.metadata, importlib.util, jax, pathlib
+        assert jax.__version__ == "{COLAB_JAX}", f"the install cell replaced Colab's jax with {{jax.__version__}}"
+        assert importlib.metadata.version("jaxlib") == "{COLAB_JAX}", "the install cell replaced Colab's jaxlib"
+        assert importlib.util.find_spec("myst_nb") is None, "myst_nb is installed: Colab has none"
+        import tpo_core
+        assert "site-packages" in tpo_core.__file__, f"tpo_core came from {{tpo_core.__file__}}, not the install"
+        print("colab-sim: jax", jax.__version__, "kept; tpo_core from", pathlib.Path(tpo_core.__file__).parent)
+    ''')
+
+
+def notebook_parts(stem: str, repository: str | None) -> dict:
+    """The committed notebook (what the Colab button opens) and its parts: ``install`` (the install cell, its
+    REPOSITORY set to ``repository``; None leaves the published URL), ``setup`` (the first cell after it) and
+    ``imports`` (every top-level import statement of the later code cells)."""
     nb = json.loads((ROOT / "book" / f"{stem}.ipynb").read_text())
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     install = "".join(code[0]["source"])
@@ -209,24 +238,39 @@ def colab_notebook(stem: str, repository: str | None, part: str = "all") -> dict
         install = re.sub(r'^(\s*REPOSITORY\s*=\s*)"[^"]*"', lambda m: f'{m.group(1)}"{repository}"', install,
                          flags=re.M)
     code[0]["source"] = install
-    check = textwrap.dedent(f'''
-        import importlib.metadata, importlib.util, jax, pathlib
-        assert jax.__version__ == "{COLAB_JAX}", f"the install cell replaced Colab's jax with {{jax.__version__}}"
-        assert importlib.metadata.version("jaxlib") == "{COLAB_JAX}", "the install cell replaced Colab's jaxlib"
-        assert importlib.util.find_spec("myst_nb") is None, "myst_nb is installed: Colab has none"
-        import tpo_core
-        assert "site-packages" in tpo_core.__file__, f"tpo_core came from {{tpo_core.__file__}}, not the install"
-        print("colab-sim: jax", jax.__version__, "kept; tpo_core from", pathlib.Path(tpo_core.__file__).parent)
-    ''')
+    later = [s for c in code[2:] for s in import_statements("".join(c["source"]))]
+    return {"nb": nb, "install": install, "setup": "".join(code[1]["source"]),
+            "imports": "\n".join(dict.fromkeys(later)) or "pass"}
+
+
+def colab_notebook(stem: str, repository: str | None, part: str = "all") -> dict:
+    """The committed notebook as the simulation runs it (see :func:`notebook_parts`). ``part``: "all" cells, or
+    "install": the install cell only. Both are followed by the check that jax is still Colab's."""
+    parts = notebook_parts(stem, repository)
+    nb = parts["nb"]
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     if part == "all":
         cells = nb["cells"]
-        cells.insert(cells.index(code[0]) + 1, _cell(check))
-    elif part == "setup":
-        later = [s for c in code[2:] for s in import_statements("".join(c["source"]))]
-        cells = [code[0], _cell(check), code[1], _cell("\n".join(dict.fromkeys(later)) or "pass")]
+        cells.insert(cells.index(code[0]) + 1, _cell(_check_cell()))
     else:
-        cells = [code[0], _cell(check)]
+        cells = [code[0], _cell(_check_cell())]
     nb["cells"] = [_cell("import google.colab  # Colab imports it at start-up\n"), *cells]
+    return nb
+
+
+def setup_notebook(stems, repository: str) -> dict:
+    """One notebook that runs, for each of ``stems`` in turn in one kernel, its install cell (each distinct
+    install cell once: most chapters share one, byte for byte), the check that jax is Colab's, its setup cell and
+    its import statements. Cells are tagged ``stem/part`` so a failure names its notebook."""
+    cells, installed = [_cell("import google.colab  # Colab imports it at start-up\n")], set()
+    for stem in stems:
+        parts = notebook_parts(stem, repository)
+        if parts["install"] not in installed:
+            installed.add(parts["install"])
+            cells += [_cell(parts["install"], f"{stem}/install"), _cell(_check_cell(), f"{stem}/check")]
+        cells += [_cell(parts["setup"], f"{stem}/setup"), _cell(parts["imports"], f"{stem}/imports")]
+    nb = json.loads((ROOT / "book" / f"{CHAPTER}.ipynb").read_text())
+    nb["cells"] = cells
     return nb
 
 
@@ -248,17 +292,34 @@ def colab(tmp_path_factory):
 def test_the_simulated_colab_has_colab_s_jax_and_torch_and_no_myst_nb(colab):
     jax_, jaxlib, torch = colab.preinstalled
     assert (jax_, jaxlib, torch.split("+")[0]) == (COLAB_JAX, COLAB_JAX, COLAB_TORCH or "absent"), colab.preinstalled
-    out = _run([str(colab.py), "-c", "import importlib.util as u; print(u.find_spec('myst_nb'), "
-                "u.find_spec('tpo_core'), u.find_spec('google.colab') is not None)"], 120, env=colab.env)
-    assert out.stdout.split() == ["None", "None", "True"], out.stdout + out.stderr
+    assert colab.fresh == ["None", "None", "True"], f"myst_nb, tpo_core, google.colab: {colab.fresh}"
 
 
-@pytest.mark.parametrize("stem", NOTEBOOKS)
-def test_every_notebook_installs_and_imports_in_a_simulated_colab(colab, stem):
-    """Install cell, setup cell and every import of the notebook, with myst_nb absent (no training cells)."""
+# the notebooks whose install cell installs more (torch's stack) last, so that what they add hides nothing earlier
+SETUP_ORDER = sorted(NOTEBOOKS, key=lambda s: ("trl" in notebook_parts(s, None)["install"], s))
+
+
+@pytest.fixture(scope="session")
+def setup_report(colab):
     t0 = time.perf_counter()
-    report = colab.execute(f"setup-{stem}", colab_notebook(stem, colab.commit, "setup"))
-    print(f"colab-sim setup {stem}: cells {report['seconds']:.0f} s, test {time.perf_counter() - t0:.0f} s")
+    report = colab.execute("setup-all", setup_notebook(SETUP_ORDER, colab.commit), keep_going=True)
+    assert report["error"] is None, report["error"]
+    print(f"\ncolab-sim: install, setup and imports of {len(SETUP_ORDER)} notebooks in one kernel: "
+          f"{report['seconds']:.0f} s (test {time.perf_counter() - t0:.0f} s)")
+    after = colab.versions()
+    assert after == colab.preinstalled, f"jax, jaxlib, torch were {colab.preinstalled}, now {after}"
+    return report
+
+
+@pytest.mark.parametrize("stem", SETUP_ORDER)
+def test_every_notebook_installs_and_imports_in_a_simulated_colab(setup_report, stem):
+    """Install cell, setup cell and every import of the notebook, with myst_nb absent (no training cells)."""
+    mine = [c for c in setup_report["cells"] if c["tag"].startswith(f"{stem}/")]
+    assert {c["tag"].split("/")[1] for c in mine} >= {"setup", "imports"}
+    failed = [f"{c['tag']}: " + ANSI.sub("", c["error"]) for c in mine if c["error"]]
+    assert not failed, "\n\n".join(failed)
+    installs = [c for c in setup_report["cells"] if c["tag"].endswith("/check")]
+    assert installs and all("colab-sim: jax " + COLAB_JAX + " kept" in c["stdout"] for c in installs)
 
 
 @pytest.mark.slow
@@ -283,11 +344,16 @@ def test_import_statements_are_what_the_setup_check_runs():
             'except ImportError:\n    glue = None\nif x:\n    import never\ndef f():\n    import inner\n')
     assert import_statements(cell) == ["import sys", "from a import b",
                                        "try:\n    from myst_nb import glue\nexcept ImportError:\n    glue = None"]
-    nb = colab_notebook(CHAPTER, "file://localhost/x@abc", "setup")
+    nb = setup_notebook([CHAPTER, "02_deriving_tpo", "10_llm_trainer"], "file://localhost/x@abc")
+    tags = [c["metadata"].get("colab_sim") for c in nb["cells"]]
+    assert tags == [None, f"{CHAPTER}/install", f"{CHAPTER}/check", f"{CHAPTER}/setup", f"{CHAPTER}/imports",
+                    "02_deriving_tpo/setup", "02_deriving_tpo/imports",            # the same install cell: once
+                    "10_llm_trainer/install", "10_llm_trainer/check", "10_llm_trainer/setup", "10_llm_trainer/imports"]
     sources = ["".join(c["source"]) for c in nb["cells"]]
     assert sources[0].startswith("import google.colab") and 'REPOSITORY = "file://localhost/x@abc"' in sources[1]
     assert "find_spec(\"myst_nb\") is None" in sources[2] and "notebook.setup()" in sources[3]
-    assert "import plotly.graph_objects as go" in sources[4]
+    assert "import plotly.graph_objects as go" in sources[4] and '"trl==' in sources[7]
+    assert SETUP_ORDER[-2:] == ["10_llm_trainer", "11_rlvr_real_lm"] and len(SETUP_ORDER) == len(NOTEBOOKS)
 
 
 def test_the_install_cell_the_simulation_rewrites_is_the_synced_one():
