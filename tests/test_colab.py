@@ -109,7 +109,7 @@ DRIVER = textwrap.dedent('''
                for o in c.get("outputs", []) if o.get("output_type") == "stream"]
     cells = [{"tag": c.metadata.get("colab_sim", ""),
               "stdout": "".join("".join(o.get("text", "")) for o in c.get("outputs", []) if o.get("output_type") == "stream"),
-              "error": next((f"{o['ename']}: {o['evalue']}\n" + "\n".join(o.get("traceback", []))[-3000:]
+              "error": next((f"{o['ename']}: {o['evalue']}\\n" + "\\n".join(o.get("traceback", []))[-3000:]
                              for o in c.get("outputs", []) if o.get("output_type") == "error"), None)}
              for c in nb.cells if c.cell_type == "code"]
     print(json.dumps({"error": error, "seconds": time.perf_counter() - t0, "stdout": streams, "cells": cells}))
@@ -337,6 +337,12 @@ def test_notebook_runs_in_a_simulated_colab_and_keeps_its_jax(colab, stem):
 def test_the_install_cell_installs_from_the_published_repository(colab):
     report = colab.execute("published", colab_notebook(CHAPTER, None, "install"))
     print(f"colab-sim: {CHAPTER}'s install cell from {sync.repository()}: {report['seconds']:.0f} s")
+
+
+def test_the_driver_is_valid_python():
+    compile(DRIVER, "driver.py", "exec")
+    compile(VERSIONS, "versions.py", "exec")
+    compile(_check_cell(), "check.py", "exec")
 
 
 def test_import_statements_are_what_the_setup_check_runs():
