@@ -336,8 +336,21 @@ def test_every_notebook_installs_and_imports_in_a_simulated_colab(setup_report, 
     assert installs and all("colab-sim: jax " + COLAB_JAX + " kept" in c["stdout"] for c in installs)
 
 
+# Notebooks that fail end to end in the simulated Colab, found by `make test-colab` (2026-12-06) and owned by the
+# chapters' authors; strict: a fixed one fails here (XPASS) until it is removed from this list.
+KNOWN_COLAB_FAILURES = {
+    "07_why_it_works": "the cell asserting 'TPO's step shrank less than its gradient' fails under jax 0.9.2: "
+                       "‖∇L‖ fell 5.1x and ‖Δθ‖ 1.54x, the assertion wants a ratio of 10 (it holds in the book build, "
+                       "jax 0.10.2): a claim that depends on the jax version",
+    "10_llm_trainer": "reads results/llm_spread/summary.json unconditionally; Colab has no results/ folder",
+    "11_rlvr_real_lm": "reads results/llm_start/starting_success.json unconditionally; Colab has no results/ folder",
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("stem", [CHAPTER] + [s for s in NOTEBOOKS if s != CHAPTER])
+@pytest.mark.parametrize("stem", [pytest.param(s, marks=pytest.mark.xfail(
+    ALL, reason=KNOWN_COLAB_FAILURES[s], raises=AssertionError, strict=True)) if s in KNOWN_COLAB_FAILURES else s
+    for s in [CHAPTER] + [s for s in NOTEBOOKS if s != CHAPTER]])
 def test_notebook_runs_in_a_simulated_colab_and_keeps_its_jax(colab, stem):
     if stem != CHAPTER and not ALL:
         pytest.skip("every notebook end to end: `make test-colab` (TPO_COLAB_ALL=1); `make test` runs chapter 01")
@@ -351,6 +364,10 @@ def test_notebook_runs_in_a_simulated_colab_and_keeps_its_jax(colab, stem):
 def test_the_install_cell_installs_from_the_published_repository(colab):
     report = colab.execute("published", colab_notebook(CHAPTER, None, "install"))
     print(f"colab-sim: {CHAPTER}'s install cell from {sync.repository()}: {report['seconds']:.0f} s")
+
+
+def test_known_colab_failures_name_real_notebooks():
+    assert set(KNOWN_COLAB_FAILURES) <= set(NOTEBOOKS) and CHAPTER not in KNOWN_COLAB_FAILURES
 
 
 def test_the_driver_is_valid_python():
