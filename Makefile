@@ -37,6 +37,12 @@ test: venv  ## the whole test suite
 test-fast: venv
 	$(PYTEST_SUITE) -m "not slow and not browser"
 
+# Every Colab notebook end to end in a simulated Colab (tests/test_colab.py says what it simulates; `make test` runs
+# chapter 01 end to end and every notebook's install, setup and imports). Also the colab GitHub workflow.
+.PHONY: test-colab
+test-colab: venv  ## every chapter's Colab notebook, end to end, in a simulated Colab
+	TPO_COLAB_ALL=1 $(BIN)/python -m pytest tests/test_colab.py -p no:cacheprovider --timeout 7200 -q -rs -s --durations 0
+
 book: venv  ## build the Jupyter Book (quick mode on CPU)
 	TPO_QUICK=$${TPO_QUICK:-1} $(BIN)/python -m book.build
 

@@ -17,10 +17,13 @@ What the notebook changes, so that Colab (which renders plain Markdown only) sho
   their body; ``exercise-start``/``exercise-end`` a bold "Exercise" line; ``solution-start`` a bold
   "Solution" line, and the solution's code cells are collapsed (Colab ``cellView: form``);
 - roles: ``{cite}`` becomes "(Author Year)" from ``references.bib``, ``{ref}`` the label's text or
-  the heading it labels, ``{glue:text}`name``` the code name ``name`` (the cell above prints it);
-  target lines ``(label)=`` are dropped;
-- the Colab install cell gets the repository: the line ``REPOSITORY = "..."`` is set to
-  ``_config.yml``'s ``repository.url@branch`` (the one place that URL is kept).
+  the heading it labels, ``{glue:text}`name``` "``name`` (printed above)" (Colab has no glue: the cell
+  above prints the value); target lines ``(label)=`` are dropped.
+
+The install cell's repository: ``_config.yml``'s ``repository.url@branch`` is the one place the URL is
+kept. ``python -m book.sync`` copies it into the line ``REPOSITORY = "..."`` of every chapter's install
+cell, in the ``.md`` itself (so the book's rendered input shows the real URL) and so in the notebook;
+``--check`` reports a chapter whose line differs from ``_config.yml``.
 """
 from __future__ import annotations
 
@@ -134,7 +137,7 @@ def _role(m: re.Match, book_dir: pathlib.Path) -> str:
             return explicit.group(1)
         return _labels(str(book_dir)).get(body, body)
     if name.startswith("glue"):
-        return f"`{body.split(':')[0]}`"
+        return f"`{body.split(':')[0]}` (printed above)"
     if name == "math":
         return f"${body}$"
     return body
@@ -208,12 +211,50 @@ def plain_markdown(text: str, book_dir: pathlib.Path | None = None) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip("\n")
 
 
+REPOSITORY_LINE = re.compile(r'^(\s*REPOSITORY\s*=\s*)"([^"]*)"', re.M)
+# a MyST code cell: its opening fence line, its body, its closing fence
+_CODE_CELL = re.compile(r"^(?P<open>```\{code-cell\}[^\n]*\n)(?P<body>.*?)(?P<close>^```[ \t]*$)", re.M | re.S)
+
+
 def _install_cell(source: str, repo: str) -> str:
-    return re.sub(r'^(\s*REPOSITORY\s*=\s*)"[^"]*"', lambda m: f'{m.group(1)}"{repo}"', source, flags=re.M)
+    return REPOSITORY_LINE.sub(lambda m: f'{m.group(1)}"{repo}"', source)
+
+
+def _is_install_source(source: str) -> bool:
+    return "google.colab" in source and "pip" in source
 
 
 def is_install_cell(cell) -> bool:
-    return cell.cell_type == "code" and "google.colab" in cell.source and "pip" in cell.source
+    return cell.cell_type == "code" and _is_install_source(cell.source)
+
+
+def install_repositories(text: str) -> list[str]:
+    """The ``REPOSITORY = "..."`` values of the install cells in a MyST chapter's text."""
+    return [m.group(2) for c in _CODE_CELL.finditer(text) if _is_install_source(c.group("body"))
+            for m in REPOSITORY_LINE.finditer(c.group("body"))]
+
+
+def with_repository(text: str, repo: str) -> str:
+    """A MyST chapter's text with every install cell's ``REPOSITORY`` line set to ``repo`` (nothing else changed)."""
+    def cell(c: re.Match) -> str:
+        body = c.group("body")
+        if not _is_install_source(body):
+            return c.group(0)
+        return c.group("open") + _install_cell(body, repo) + c.group("close")
+    return _CODE_CELL.sub(cell, text)
+
+
+def write_source(md_path: pathlib.Path) -> bool:
+    """Copy ``_config.yml``'s repository into the chapter's install cell; True when the ``.md`` changed."""
+    md_path = pathlib.Path(md_path)
+    root = md_path.resolve().parent.parent
+    if not (root / "_config.yml").exists():
+        return False
+    text = md_path.read_text(encoding="utf-8")
+    new = with_repository(text, repository(root))
+    if new != text:
+        md_path.write_text(new, encoding="utf-8")
+    return new != text
 
 
 def to_ipynb(md_path: pathlib.Path):
@@ -266,6 +307,12 @@ def problems(md_path: pathlib.Path) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - a broken notebook is a stale pair
         return [f"{nb_path.name} cannot be read: {exc}"]
     found = []
+    root = md_path.resolve().parent.parent
+    if (root / "_config.yml").exists():
+        repo = repository(root)
+        stale = [r for r in install_repositories(md_path.read_text(encoding="utf-8")) if r != repo]
+        if stale:
+            found.append(f"the install cell's REPOSITORY is {stale[0]!r}, not _config.yml's {repo!r}")
     want, have = _cells(to_ipynb(md_path)), _cells(nb)
     if want != have:
         n = next((i for i, (a, b) in enumerate(zip(want, have)) if a != b), min(len(want), len(have)))
@@ -311,6 +358,8 @@ def main(argv=None) -> int:
         print(f"{len(sources(args.book_dir))} pairs in sync")
         return 0
     for md in sources(args.book_dir):
+        if write_source(md):
+            print(f"{md}: install cell's REPOSITORY set from _config.yml")
         print(write_pair(md))
     return 0
 

@@ -199,7 +199,7 @@ def test_myst_directives_become_plain_markdown_in_the_notebook(tmp_path):
     assert "```" not in text and "(ch-demo)=" not in text and ":class:" not in text and ":label:" not in text
     assert "(Kaddour 2026)" in text and "Shao et al. 2024; Schulman et al. 2017" in text
     assert "see A chapter and the premise" in text        # {ref} to a heading, and an explicit title
-    assert "`g_fall`" in text
+    assert "`g_fall` (printed above)" in text   # Colab has no glue: the name, and where its value is
     assert "> **You should know: a title**" in text and "> Body line one" in text
     assert "**Algorithm: One step**" in text and "1. sample" in text
     assert "> **Note**" in text and "> A note." in text
@@ -248,8 +248,9 @@ def test_every_install_cell_uses_the_configured_repository_and_keeps_colab_jax(m
     installs = [c for c in cells if "google.colab" in c and "pip" in c]
     assert len(installs) == 1, f"{md.name}: expected one Colab install cell, found {len(installs)}"
     assert installs[0] == cells[0], f"{md.name}: the install cell must be the first code cell"
-    assert url not in installs[0], f"{md.name}: the repository URL is kept once, in _config.yml"
-    assert re.search(r'^\s*REPOSITORY = "[^"]*"', installs[0], re.M), f"{md.name}: no REPOSITORY line for book.sync"
+    # the rendered input shows the real URL: book.sync copied _config.yml's repository into the .md itself
+    assert re.findall(r'^\s*REPOSITORY = "([^"]*)"', installs[0], re.M) == [f"{url}@{branch}"], \
+        f"{md.name}: the install cell's REPOSITORY is not _config.yml's repository.url@branch (run book.sync)"
     # what Colab runs: the notebook's install cell, with the URL book.sync took from _config.yml
     nb_installs = [c.source for c in jupytext.read(md.with_suffix(".ipynb")).cells if sync.is_install_cell(c)]
     assert len(nb_installs) == 1 and f'REPOSITORY = "{url}@{branch}"' in nb_installs[0], nb_installs
@@ -257,6 +258,85 @@ def test_every_install_cell_uses_the_configured_repository_and_keeps_colab_jax(m
     assert "version('jax')" in src and "version('jaxlib')" in src and "-c jax-constraints.txt" in src, \
         f"{md.name}: the install must pin Colab's installed jax and jaxlib as constraints"
     assert re.search(r'"tpo_core @ git\+\{REPOSITORY\}"', src), src
+
+
+INSTALL_CELL = """```{code-cell} ipython3
+:tags: [remove-output]
+import sys
+if "google.colab" in sys.modules:
+    REPOSITORY = "%s"  # book/sync.py writes _config.yml's repository.url@branch here
+    !pip -q install "tpo_core @ git+{REPOSITORY}"
+```
+"""
+
+
+def test_sync_copies_the_configured_repository_into_the_chapter_and_check_catches_a_stale_one(tmp_path):
+    (tmp_path / "book").mkdir()
+    (tmp_path / "_config.yml").write_text(yaml.safe_dump({"repository": {"url": "https://example.org/a/b",
+                                                                          "branch": "dev"}}))
+    other = '```{code-cell} ipython3\nREPOSITORY = "untouched: not an install cell"\n```\n'
+    md = tmp_path / "book" / "01_demo.md"
+    md.write_text(MINI_CHAPTER + "\n" + INSTALL_CELL % "https://old.example/x@main" + "\n" + other)
+    sync.write_pair(md)
+    assert any("REPOSITORY is 'https://old.example/x@main', not _config.yml's 'https://example.org/a/b@dev'" in p
+               for p in sync.check(tmp_path / "book")["01_demo.md"])
+    cmd = [sys.executable, "-m", "book.sync", "--book-dir", str(tmp_path / "book")]
+    assert subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).returncode == 0
+    text = md.read_text()
+    assert 'REPOSITORY = "https://example.org/a/b@dev"  # book/sync.py writes' in text
+    assert "old.example" not in text and 'REPOSITORY = "untouched: not an install cell"' in text
+    assert text == (MINI_CHAPTER + "\n" + INSTALL_CELL % "https://example.org/a/b@dev" + "\n" + other)
+    assert sync.check(tmp_path / "book") == {}
+    installs = [c.source for c in jupytext.read(md.with_suffix(".ipynb")).cells if sync.is_install_cell(c)]
+    assert len(installs) == 1 and 'REPOSITORY = "https://example.org/a/b@dev"' in installs[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Colab has no myst_nb: every import of it needs the fallback
+# --------------------------------------------------------------------------------------------
+def _python(source: str) -> str:
+    """A code cell as plain Python: IPython's ``!shell`` and ``%magic`` lines become ``pass``."""
+    return "\n".join(re.sub(r"^(\s*)[!%].*$", r"\1pass", line) for line in source.splitlines())
+
+
+def bare_myst_nb_imports(source: str) -> list[int]:
+    """Lines of a code cell that import myst_nb outside a ``try`` whose handler catches ImportError."""
+    import ast
+
+    guarded = (ImportError.__name__, ModuleNotFoundError.__name__, "Exception", "BaseException")
+    covered = set()
+    tree = ast.parse(_python(source))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+                h.type is None or any(isinstance(n, ast.Name) and n.id in guarded for n in ast.walk(h.type))
+                for h in node.handlers):
+            covered |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    bare = []
+    for node in ast.walk(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        if any(n == "myst_nb" or n.startswith("myst_nb.") for n in names) and id(node) not in covered:
+            bare.append(node.lineno)
+    return bare
+
+
+def test_the_bare_import_check_tells_a_fallback_from_a_bare_import():
+    fallback = ("try:\n    from myst_nb import glue\nexcept ImportError:\n    def glue(n, v, display=True):\n"
+                "        return v\n")
+    assert bare_myst_nb_imports(fallback) == []
+    assert bare_myst_nb_imports("try:\n    import myst_nb\nexcept (ModuleNotFoundError, KeyError):\n    pass") == []
+    assert bare_myst_nb_imports("x = 1\nfrom myst_nb import glue\n") == [2]
+    assert bare_myst_nb_imports("import numpy, myst_nb.ext\n!pip -q install x\n") == [1]
+    assert bare_myst_nb_imports("try:\n    from myst_nb import glue\nexcept KeyError:\n    pass\n") == [2]
+    assert bare_myst_nb_imports("try:\n    pass\nexcept ImportError:\n    from myst_nb import glue\n") == [4]
+
+
+@pytest.mark.parametrize("md", sync.sources(), ids=lambda p: p.stem)
+def test_no_chapter_imports_myst_nb_without_the_colab_fallback(md):
+    bare = [(i, line) for i, c in enumerate(jupytext.read(md).cells) if c.cell_type == "code"
+            for line in bare_myst_nb_imports(c.source)]
+    assert not bare, (f"{md.name}: a bare myst_nb import (code cell, line) {bare} stops the notebook in Colab; use "
+                      "`try: from myst_nb import glue` / `except ImportError:` a stand-in, as the other chapters do")
 
 
 # --------------------------------------------------------------------------------------------

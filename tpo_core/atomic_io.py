@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import tempfile
 
 import numpy as np
@@ -75,3 +76,24 @@ def write_npz(path, **arrays) -> pathlib.Path:
 
 def write_text(path, text: str) -> pathlib.Path:
     return _atomic_write(path, lambda f: f.write(text.encode()))
+
+
+# A home folder at the start of a path: /root, /home/<user>, /Users/<user> (not such a word inside a longer path
+# or a URL, e.g. a model's generated ``.../cardelines/home/2019...``).
+_HOME_PATH = re.compile(r"(?<![\w.~/-])(?:/root|/home/[^/\s\"']+|/Users/[^/\s\"']+)(?=/|$|[\s\"'),;])")
+
+
+def without_home(x, home: str | None = None):
+    """``x`` (a string, or lists/tuples/dicts of them) with each home-folder path prefix written as ``~``: this
+    process's own home (``home``, default ``Path.home()``) wherever it starts a path, and any /root, /home/<user>
+    or /Users/<user>. Result files are committed and published; the machine that wrote them is nobody's business."""
+    if isinstance(x, str):
+        home = str(pathlib.Path.home()) if home is None else home
+        if home not in ("", os.sep):
+            x = re.sub(r"(?<![\w.~/-])" + re.escape(home.rstrip(os.sep)) + r"(?=/|$|[\s\"'),;])", "~", x)
+        return _HOME_PATH.sub("~", x)
+    if isinstance(x, dict):
+        return {k: without_home(v, home) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(without_home(v, home) for v in x)
+    return x

@@ -233,7 +233,7 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
     curves = _curves(trainer.state.log_history)
     logs = curves["step"]
     seconds = time.perf_counter() - start
-    meta = {"method": method, "seed": seed, "model": model_line, "seconds": seconds, "steps": len(logs),
+    meta = {"method": method, "seed": seed, "model": atomic_io.without_home(model_line), "seconds": seconds, "steps": len(logs),
             "max_parameter_change": moved, "samples_first_step": reward_fn.first, "samples_last_step": reward_fn.last}
     if hasattr(trainer, "completion_records"):
         records = trainer.completion_records()

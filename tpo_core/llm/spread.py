@@ -373,7 +373,7 @@ def run_spread(out, *, task: str = "graph_coloring", settings=DEFAULT_SETTINGS, 
             loaded = _load_model(model, model_path, quiet)
         m, tok, line, chat = loaded
         record = measure_setting(m, tok, config, out=out, chat=chat, quiet=quiet)
-        record["model"] = line
+        record["model"] = atomic_io.without_home(line)
         data["settings"][key] = record
         data["description"] = __doc__.split("\n\n")[0].replace("\n", " ")
         atomic_io.write_json(path, data)
