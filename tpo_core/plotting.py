@@ -29,6 +29,7 @@ METHOD_COLORS = {
     "tpo": "#000000",
     "tpo_token": "#000000",
     "tpo_no_anchor": "#80cdc1",
+    "tpo_refill": "#525252",
     "grpo": "#7b3294",
     "grpo_token": "#7b3294",
     "grpo_no_kl": "#c9a0dc",
