@@ -138,9 +138,8 @@ def cmd_train(args) -> int:
         raise ValueError(f"task must be one of {TASKS}, got {args.task!r}")
     config.check_sweep(cfg, sweep)
     points = len(next(iter(sweep.values()))) if sweep else 1
-    if args.task == "reversal":  # refused before the progress bar and the compile
-        n_runs = len(seeds) * points
-        train.check_memory(cfg, n_runs if args.run_batch is None else min(args.run_batch, n_runs), len(seeds))
+    if args.task == "reversal":  # refused before the progress bar starts (train_tokens checks it again, cheaply)
+        train.check_run_memory(cfg, len(seeds), points, args.run_batch)
     bar = _progress(total, unit, args.quiet)
     t0 = time.perf_counter()
     metrics = run((lambda d, m: bar.update(m[curve_name].shape[1])) if bar else None)

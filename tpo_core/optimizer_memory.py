@@ -17,10 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-
-def route_by_rank(params):
-    """The engine's routing (``tpo_core.train.muon_adamw``): 2-D matrices to Muon, every other array to AdamW."""
-    return jax.tree.map(lambda x: "muon" if x.ndim == 2 else "adamw", params)
+from .train import optimizer_route
 
 
 def rescale_run(tx: optax.GradientTransformation, params, grads, *, warm: int, after: int, scale: float,
@@ -30,11 +27,11 @@ def rescale_run(tx: optax.GradientTransformation, params, grads, *, warm: int, a
     ``grads``: a gradient pytree shaped like ``params`` (the same gradient every step) or a function
     ``step -> pytree`` (step 0, 1, ...; scaled from step ``warm`` on). The parameters are held fixed, so only the
     optimizer's state evolves. ``labels``: a pytree of group names shaped like ``params`` (default
-    :func:`route_by_rank`). Returns ``{group: norms [warm + after]}`` (numpy), the norm of the update restricted
+    :func:`tpo_core.train.optimizer_route`, the engine's routing). Returns ``{group: norms [warm + after]}`` (numpy), the norm of the update restricted
     to each group's arrays at every step, and ``"all"`` for the whole update."""
     if warm < 1 or after < 1:
         raise ValueError(f"warm and after must be >= 1, got {warm} and {after}")
-    labels = route_by_rank(params) if labels is None else labels
+    labels = optimizer_route(params) if labels is None else labels
     grad_of = grads if callable(grads) else (lambda step: grads)
     names = sorted(set(jax.tree.leaves(labels)))
 

@@ -38,14 +38,16 @@ from .models import MLP, Transformer
 # --------------------------------------------------------------------------------------------
 # optimisers
 # --------------------------------------------------------------------------------------------
+def optimizer_route(params):
+    """Which optimizer :func:`muon_adamw` gives each array: ``"muon"`` for 2-D matrices, ``"adamw"`` for the rest."""
+    return jax.tree.map(lambda x: "muon" if x.ndim == 2 else "adamw", params)
+
+
 def muon_adamw(learning_rate: float):
     """Muon on 2-D parameters, AdamW (weight decay 0, Nesterov) on the rest, as the paper does."""
-    def label(params):
-        return jax.tree.map(lambda x: "muon" if x.ndim == 2 else "adamw", params)
-
     return optax.multi_transform(
         {"muon": optax.contrib.muon(learning_rate),
-         "adamw": optax.adamw(learning_rate, weight_decay=0.0, nesterov=True)}, label)
+         "adamw": optax.adamw(learning_rate, weight_decay=0.0, nesterov=True)}, optimizer_route)
 
 
 def make_optimizer(name: str):
@@ -389,13 +391,19 @@ def train_tokens(cfg: TokenConfig, seeds: Sequence[int] = (0,), chunk_size: int 
     value × seed in one compiled program and returns metrics [P, S, episodes, ...]. ``run_batch``: runs
     vmapped together (None: all; 1 or 2 is faster for many runs of the Table-3 model on a 2-core CPU)."""
     points = check_sweep(cfg, sweep) if sweep else None
-    n_runs = len(seeds) * (len(points) if points else 1)
-    check_memory(cfg, n_runs if run_batch is None else min(run_batch, n_runs), n_seeds=len(seeds))
+    check_run_memory(cfg, len(seeds), len(points) if points else 1, run_batch)
     return _collect(make_token_program(cfg, run_batch), seeds, cfg.episodes, chunk_size, callback, points)
 
 
 def _gib(n: float) -> str:
     return f"{n / 2**30:.3g} GiB" if n < 2**40 else f"{n / 2**40:.3g} TiB"
+
+
+def check_run_memory(cfg: TokenConfig, n_seeds: int, n_points: int = 1, run_batch: int | None = None) -> None:
+    """:func:`check_memory` for ``n_seeds`` seeds × ``n_points`` sweep values, ``run_batch`` of them vmapped
+    together (None: all), as :func:`train_tokens` runs them."""
+    n_runs = n_seeds * n_points
+    check_memory(cfg, n_runs if run_batch is None else min(run_batch, n_runs), n_seeds=n_seeds)
 
 
 def check_memory(cfg: TokenConfig, n_runs: int, n_seeds: int | None = None, available: int | None = None) -> None:
