@@ -1,6 +1,7 @@
 """Atomic result files: write to a temporary file in the same folder, then rename over the target."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pathlib
@@ -97,3 +98,12 @@ def without_home(x, home: str | None = None):
     if isinstance(x, (list, tuple)):
         return type(x)(without_home(v, home) for v in x)
     return x
+
+
+def sha256_file(path) -> str:
+    """SHA-256 hex digest of a file, read in 1 MiB blocks (the one checksum helper of the package)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -20,6 +20,8 @@ import urllib.request
 
 import numpy as np
 
+from . import atomic_io
+
 FILES = {  # name -> MD5 of the *decompressed* IDX file
     "train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",
     "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
@@ -125,15 +127,11 @@ def _split_test_set(x, y, where: str) -> Dataset:
                    f"{where}: split {len(tr):,} train / {len(te):,} test (fixed permutation, seed 0)")
 
 
-def _sha256(path: pathlib.Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def shipped() -> Dataset:
     """The MNIST test set shipped in the package, SHA-256 verified, split 8,000 / 2,000."""
     for name, expected in SHIPPED_SHA256.items():
         path = SHIPPED_DIR / name
-        if not path.exists() or _sha256(path) != expected:
+        if not path.exists() or atomic_io.sha256_file(path) != expected:
             raise RuntimeError(f"the MNIST file shipped with tpo_core, {path}, is missing or fails its SHA-256 "
                                f"check (expected {expected}); reinstall tpo_core or set TPO_DATA_DIR")
     x = read_idx(SHIPPED_DIR / "t10k-images-idx3-ubyte.gz").reshape(-1, 784).astype(np.float32) / 255.0

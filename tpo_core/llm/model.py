@@ -15,7 +15,6 @@ Every load prints one line naming the source used.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -48,12 +47,7 @@ class LoadedModel:
     cached: bool                     # True when read from the fp32 cache (no dequantisation)
 
 
-def sha256_file(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+sha256_file = atomic_io.sha256_file
 
 
 def cache_root() -> pathlib.Path:

@@ -17,6 +17,7 @@ import urllib.request
 
 import numpy as np
 
+from .. import atomic_io
 from . import stats
 from .paper_numbers import TABLE3
 
@@ -34,8 +35,7 @@ def cache_path() -> pathlib.Path:
     return root / "reference" / NAME
 
 
-def sha256(path) -> str:
-    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+sha256 = atomic_io.sha256_file
 
 
 def download(dest: pathlib.Path, url: str = URL, timeout: float = 10.0, expected: str = SHA256) -> bool:
