@@ -36,6 +36,47 @@ def budget(quick, full):
     return quick if quick_mode() else full
 
 
+# The quick and full budgets of each experiment chapter's live run ("Run it yourself"), in one place: the chapter
+# picks its own with :func:`live_budget`, and the reproduction appendix prints every chapter's pair with the full
+# budget's expected time. ``work`` names the keys whose product measures a run's cost (compute grows linearly in
+# each of them for these engines), so a measured time scales from one budget to the other.
+LIVE_BUDGETS: dict[str, dict] = {
+    "04": dict(what="MNIST as a bandit, six methods",
+               quick=dict(steps=3000, seeds=2), full=dict(steps=10_000, seeds=20), work=("steps", "seeds")),
+    "05": dict(what="dense-reward token tasks, TPO / GRPO (PPO and DG in the full budget)",
+               quick=dict(H=6, B=64, episodes=100, seeds=2), full=dict(H=10, B=100, episodes=1000, seeds=20),
+               work=("H", "B", "episodes", "seeds")),
+    "06": dict(what="sparse reversal, four methods (the paper's Table-3 setting in the full budget)",
+               quick=dict(H=5, B=50, episodes=100, seeds=2), full=dict(H=10, B=100, episodes=2000, seeds=20),
+               work=("H", "B", "episodes", "seeds")),
+    "07": dict(what="why it works: gradient and step diagnostics (the paper's ablation H = 8 in the full budget)",
+               quick=dict(H=5, B=50, episodes=100, seeds=2), full=dict(H=8, B=100, episodes=2000, seeds=10),
+               work=("H", "B", "episodes", "seeds")),
+    "08": dict(what="ablations at the paper's ablation setting (H = 8, B = 256, K = 32 in the full budget)",
+               quick=dict(H=5, B=32, K=8, episodes=60, seeds=2), full=dict(H=8, B=256, K=32, episodes=2000, seeds=5),
+               work=("H", "B", "K", "episodes", "seeds")),
+}
+
+
+def live_budget(chapter: str) -> dict:
+    """The budget of ``chapter``'s live run (a key of :data:`LIVE_BUDGETS`, e.g. ``"06"``) in this mode."""
+    if chapter not in LIVE_BUDGETS:
+        raise ValueError(f"chapter must be one of {sorted(LIVE_BUDGETS)}, got {chapter!r}")
+    b = LIVE_BUDGETS[chapter]
+    return dict(budget(b["quick"], b["full"]))
+
+
+def budget_work(chapter: str, which: str) -> float:
+    """The cost measure (product of the ``work`` keys) of ``chapter``'s ``which`` ("quick" | "full") budget."""
+    if which not in ("quick", "full"):
+        raise ValueError(f"which must be 'quick' or 'full', got {which!r}")
+    b = LIVE_BUDGETS[chapter]
+    out = 1.0
+    for k in b["work"]:
+        out *= b[which][k]
+    return out
+
+
 @contextlib.contextmanager
 def stopwatch(label: str):
     """Time a block (call jax.block_until_ready inside on what you produce)."""
