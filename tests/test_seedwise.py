@@ -133,6 +133,11 @@ def test_the_rule_on_p_values():
     assert sw.rule(20, 20, 0.03, 0.2, 0.2)[0] == sw.CONSISTENT                  # nothing backs it
     assert sw.rule(20, 20, 0.2, 1e-4, 1e-4)[0] == sw.CONSISTENT                 # the late phase comes first
     assert sw.rule(20, 20, sw.P_WEAK, 0.0, 0.0)[0] == sw.CONSISTENT
+    # two methods of one code: the same outcome has its own word, and an unknown word is refused
+    assert sw.rule(20, 20, 0.2, 0.2, 0.2, same=sw.NO_DIFFERENCE)[0] == sw.NO_DIFFERENCE
+    assert sw.rule(20, 20, 0.009, 0.2, 0.2, same=sw.NO_DIFFERENCE)[0] == sw.DIFFERS
+    with pytest.raises(ValueError, match="same"):
+        sw.rule(20, 20, 0.2, 0.2, 0.2, same="agrees")
 
 
 def _seeds(rng, n, stuck, T=200):
@@ -169,6 +174,8 @@ def test_h10_on_the_reference_file_and_the_committed_seeds(reference_npz):
     json.dumps(out, allow_nan=False)
     own = out["comparisons"]["reference: tpo vs grpo"]            # the reference's own TPO against its own GRPO
     assert own["verdict"] == sw.DIFFERS and own["statistics"]["late"]["rank_p"] < 0.001
+    if "ours: tpo vs grpo" in out["comparisons"]:     # two methods: never called "consistent"
+        assert out["comparisons"]["ours: tpo vs grpo"]["verdict"] in (sw.DIFFERS, sw.NO_DIFFERENCE, sw.TOO_FEW)
     o = out["outcomes"]["reference"]
     assert (o["tpo"]["never_solved"], o["grpo"]["never_solved"]) == (2, 9)      # the reference's stuck seeds
     assert o["tpo"]["relapsed"] >= 10 and o["tpo"]["worst_relapse"] > 96

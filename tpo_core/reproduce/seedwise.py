@@ -37,8 +37,9 @@ constants ``MIN_SEEDS``, ``P_STRONG`` and ``P_WEAK``:
 2. else **"differs"** if the late-phase Mann–Whitney p < ``P_STRONG`` = 0.01, or if the late-phase
    Mann–Whitney p < ``P_WEAK`` = 0.05 *and* at least one of the final-error Mann–Whitney test and the
    never-solved Fisher test also has p < ``P_WEAK``;
-3. else **"consistent"** (for ours against the reference: consistent with the reference; for TPO against
-   GRPO: no difference shown).
+3. else **"consistent"** for ours against the reference (consistent with the reference), and **"no difference
+   shown"** for two methods of one code (TPO against GRPO), where "consistent" would read as agreement with
+   something.
 
 Why this rule. *Late phase first*: the mean over 1000 episodes is what a relapse in the last 50 episodes
 cannot swing (it moves it by at most 5 points) while a seed that is stuck, or relapses for long, moves it
@@ -85,6 +86,7 @@ EXACT_MAX_SEEDS = 80    # Mann-Whitney "auto": exact when both groups together h
 _TOL = 1e-6             # float32 curves: 0.1 stored as 0.10000000149 still counts as "at or below 10 %"
 
 CONSISTENT, DIFFERS, TOO_FEW = "consistent", "differs", "too few seeds"
+NO_DIFFERENCE = "no difference shown"   # the third outcome when two methods of one code are compared
 STATISTICS = {
     "late": "late-phase mean error (%)",
     "final": f"final error (%, mean of the last {FINAL_EPISODES} episodes)",
@@ -93,7 +95,8 @@ STATISTICS = {
 }
 RULE = (f"too few seeds if either side has fewer than {MIN_SEEDS}; else differs if the late-phase Mann-Whitney "
         f"p < {P_STRONG:g}, or if it is < {P_WEAK:g} and the final-error Mann-Whitney p or the never-solved "
-        f"Fisher p is also < {P_WEAK:g}; else consistent")
+        f"Fisher p is also < {P_WEAK:g}; else consistent (ours against the reference) or "
+        f"{NO_DIFFERENCE} (two methods of one code)")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -239,9 +242,13 @@ def fisher_exact(table) -> float:
 # ----------------------------------------------------------------------------------------------------------------
 # the comparison and the rule
 # ----------------------------------------------------------------------------------------------------------------
-def rule(n_a: int, n_b: int, p_late: Optional[float], p_final: Optional[float], p_solved: Optional[float]) -> tuple:
+def rule(n_a: int, n_b: int, p_late: Optional[float], p_final: Optional[float], p_solved: Optional[float],
+         same: str = CONSISTENT) -> tuple:
     """(verdict, reason) by the rule of the module docstring, from the seed counts and the late-phase and
-    final-error Mann–Whitney p-values and the never-solved Fisher p-value."""
+    final-error Mann–Whitney p-values and the never-solved Fisher p-value. ``same`` is the word for "no
+    difference": :data:`CONSISTENT` (ours against the reference) or :data:`NO_DIFFERENCE` (two methods)."""
+    if same not in (CONSISTENT, NO_DIFFERENCE):
+        raise ValueError(f"same must be {CONSISTENT!r} or {NO_DIFFERENCE!r}, got {same!r}")
     if min(n_a, n_b) < MIN_SEEDS:
         return TOO_FEW, f"{min(n_a, n_b)} seeds on one side, fewer than {MIN_SEEDS}"
     if p_late is not None and p_late < P_STRONG:
@@ -251,9 +258,9 @@ def rule(n_a: int, n_b: int, p_late: Optional[float], p_final: Optional[float], 
                    if p is not None and p < P_WEAK]
         if backing:
             return DIFFERS, f"late-phase rank p = {p_late:.3g} < {P_WEAK:g}, backed by " + " and ".join(backing)
-        return CONSISTENT, (f"late-phase rank p = {p_late:.3g} < {P_WEAK:g} but neither the final error nor the "
-                            "never-solved count differs at that level")
-    return CONSISTENT, f"late-phase rank p = {p_late:.3g} ≥ {P_WEAK:g}"
+        return same, (f"late-phase rank p = {p_late:.3g} < {P_WEAK:g} but neither the final error nor the "
+                      "never-solved count differs at that level")
+    return same, f"late-phase rank p = {p_late:.3g} ≥ {P_WEAK:g}"
 
 
 def _finite_or_none(v):
@@ -261,14 +268,15 @@ def _finite_or_none(v):
     return v if math.isfinite(v) else None
 
 
-def compare(a_curves, b_curves, names=("ours", "reference"), n_perm: int = N_PERM, seed: int = 0) -> dict:
+def compare(a_curves, b_curves, names=("ours", "reference"), n_perm: int = N_PERM, seed: int = 0,
+            same: str = CONSISTENT) -> dict:
     """The four statistics of two groups of seeds, their tests and the verdict of :func:`rule`.
 
     ``a_curves``, ``b_curves``: error curves [S, T] (fractions; the two lengths may differ, each seed's
     statistics use its own run). Returns ``names``, ``n`` (seeds of each), ``statistics`` {late, final,
     steps: {a, b (per-seed lists; ``None`` = never reached, for steps), mean_a, mean_b, median_a, median_b,
     perm_p, rank_p, U}; solved: {never_a, never_b, table, fisher_p}}, ``verdict``, ``reason``, ``rule``.
-    Everything is plain JSON (no inf or NaN)."""
+    Everything is plain JSON (no inf or NaN). ``same``: the verdict's word for "no difference" (:func:`rule`)."""
     a, b = _curves(a_curves), _curves(b_curves)
     sa, sb = per_seed(a), per_seed(b)
     out = {}
@@ -289,7 +297,8 @@ def compare(a_curves, b_curves, names=("ours", "reference"), n_perm: int = N_PER
     table = [[never_a, len(a) - never_a], [never_b, len(b) - never_b]]
     out["solved"] = dict(a=[bool(v) for v in sa["solved"]], b=[bool(v) for v in sb["solved"]],
                          never_a=never_a, never_b=never_b, table=table, fisher_p=fisher_exact(table))
-    verdict, reason = rule(len(a), len(b), out["late"]["rank_p"], out["final"]["rank_p"], out["solved"]["fisher_p"])
+    verdict, reason = rule(len(a), len(b), out["late"]["rank_p"], out["final"]["rank_p"], out["solved"]["fisher_p"],
+                           same)
     return dict(names=list(names), n=[int(len(a)), int(len(b))], length=[int(a.shape[1]), int(b.shape[1])],
                 statistics=out, verdict=verdict, reason=reason, rule=RULE)
 
@@ -307,7 +316,8 @@ def h10_comparison(ours: dict, reference: Optional[dict] = None, n_perm: int = N
             comparisons[f"{m}: ours vs reference"] = compare(ours[m], reference[m], ("ours", "reference"), n_perm)
     for side, curves in (("ours", ours), ("reference", reference)):
         if "tpo" in curves and "grpo" in curves:
-            comparisons[f"{side}: tpo vs grpo"] = compare(curves["tpo"], curves["grpo"], ("tpo", "grpo"), n_perm)
+            comparisons[f"{side}: tpo vs grpo"] = compare(curves["tpo"], curves["grpo"], ("tpo", "grpo"), n_perm,
+                                                           same=NO_DIFFERENCE)
     outcomes = {side: {m: seed_outcomes(c) for m, c in curves.items()}
                 for side, curves in (("ours", ours), ("reference", reference)) if curves}
     return dict(comparisons=comparisons, outcomes=outcomes, rule=RULE,
