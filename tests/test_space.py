@@ -11,6 +11,7 @@ sdk_version (cached under /tmp by the hash of what it installs, so a rerun only 
 7860), wait for HTTP 200 and train at the defaults until the first streamed update. Screenshots go to
 _build/screenshots/space/.
 """
+import fcntl
 import hashlib
 import os
 import pathlib
@@ -243,6 +244,12 @@ def _space_venv(folder: pathlib.Path, gradio: str) -> pathlib.Path:
     third_party = sorted(ln for ln in reqs if _name(ln) != "tpo-core")
     key = hashlib.sha256("\n".join([sys.version, gradio, *third_party]).encode()).hexdigest()[:16]
     venv = VENV_ROOT / f"tpo-space-venv-{key}"
+    with open(VENV_ROOT / f"tpo-space-venv-{key}.lock", "w") as lock:  # another session may be building it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _fill_venv(venv, folder, gradio, reqs)
+
+
+def _fill_venv(venv: pathlib.Path, folder: pathlib.Path, gradio: str, reqs: list) -> pathlib.Path:
     python = venv / "bin" / "python"
     if not (venv / ".complete").is_file():
         if not _pypi_reachable():
