@@ -9,7 +9,7 @@ export TPO_REFERENCE_NPZ ?= $(if $(wildcard $(SHARED_REFERENCE)),$(SHARED_REFERE
 export GRADIO_ANALYTICS_ENABLED := False
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: venv demo train test test-fast book bench clean
+.PHONY: venv demo train test test-fast book bench clean space
 
 $(BIN)/python: requirements.txt
 	$(PY) -m venv $(VENV)
@@ -45,6 +45,12 @@ test-colab: venv  ## every chapter's Colab notebook, end to end, in a simulated 
 
 book: venv  ## build the Jupyter Book (quick mode on CPU)
 	TPO_QUICK=$${TPO_QUICK:-1} $(BIN)/python -m book.build
+
+# The Hugging Face Space of the demo (space/assemble.py): `make space OUT=/tmp/tpo-space` (OUT must not exist or be
+# empty); SPACE_ARGS="--tpo-core ." installs tpo_core from this clone instead of the repository at HEAD.
+OUT ?= _build/space
+space:  ## assemble the demo's Hugging Face Space into $(OUT)
+	$(PY) -m space.assemble --out $(OUT) $(SPACE_ARGS)
 
 bench: venv
 	$(BIN)/python benchmarks/bench_train.py
