@@ -18,8 +18,8 @@ from book import build, sync
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-CHAPTERS = ["01_policy_gradients", "02_deriving_tpo", "03_loss_in_code", "03b_annotated_trainer",
-            "03c_tabular_bandit", "04_mnist_bandit",
+CHAPTERS = ["01_policy_gradients", "02_deriving_tpo", "03_loss_in_code", "03c_tabular_bandit",
+            "03b_annotated_trainer", "04_mnist_bandit",
             "05_dense_token_tasks", "06_sparse_reversal", "07_why_it_works", "08_ablations", "09_toys_to_llms",
             "10_llm_trainer", "11_rlvr_real_lm"]
 
