@@ -60,6 +60,15 @@ def test_toc_lists_every_chapter_in_its_part():
         "cheatsheet", "glossary", "api", "reproduction", "references"]
 
 
+def test_the_intro_map_is_the_reading_path_one_line_per_page_in_toc_order():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [pathlib.PurePath(c["file"]).name for p in toc["parts"] for c in p["chapters"]]
+    text = (ROOT / "book" / "intro.md").read_text()
+    lines = [line for line in text[text.index("## Map of the chapters"):].splitlines() if line.startswith("- ")]
+    linked = [re.findall(r"\]\(([\w-]+)\.md\)", line) for line in lines]
+    assert linked == [[page] for page in pages], linked
+
+
 def test_config_is_offline_and_colab_ready():
     assert "*.ipynb" in CONFIG["exclude_patterns"]
     assert CONFIG["repository"]["branch"] == "main"
