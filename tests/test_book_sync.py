@@ -18,8 +18,8 @@ from book import build, sync
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-CHAPTERS = ["01_policy_gradients", "02_deriving_tpo", "03_loss_in_code", "03b_annotated_trainer",
-            "03c_tabular_bandit", "04_mnist_bandit",
+CHAPTERS = ["01_policy_gradients", "02_deriving_tpo", "03_loss_in_code", "03c_tabular_bandit",
+            "03b_annotated_trainer", "04_mnist_bandit",
             "05_dense_token_tasks", "06_sparse_reversal", "07_why_it_works", "08_ablations", "09_toys_to_llms",
             "10_llm_trainer", "11_rlvr_real_lm"]
 
@@ -58,6 +58,15 @@ def test_toc_lists_every_chapter_in_its_part():
     assert parts["Practice"] == CHAPTERS[10:]
     assert [pathlib.PurePath(c["file"]).name for c in toc["parts"][-1]["chapters"]] == [
         "cheatsheet", "glossary", "api", "reproduction", "references"]
+
+
+def test_the_intro_map_is_the_reading_path_one_line_per_page_in_toc_order():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [pathlib.PurePath(c["file"]).name for p in toc["parts"] for c in p["chapters"]]
+    text = (ROOT / "book" / "intro.md").read_text()
+    lines = [line for line in text[text.index("## Map of the chapters"):].splitlines() if line.startswith("- ")]
+    linked = [re.findall(r"\]\(([\w-]+)\.md\)", line) for line in lines]
+    assert linked == [[page] for page in pages], linked
 
 
 def test_config_is_offline_and_colab_ready():
@@ -257,7 +266,11 @@ def test_every_install_cell_uses_the_configured_repository_and_keeps_colab_jax(m
     src = nb_installs[0]
     assert "version('jax')" in src and "version('jaxlib')" in src and "-c jax-constraints.txt" in src, \
         f"{md.name}: the install must pin Colab's installed jax and jaxlib as constraints"
-    assert re.search(r'"tpo_core @ git\+\{REPOSITORY\}"', src), src
+    # tpo_core from REPOSITORY: pip's own clone, or (a page that reads the committed results/) a shallow clone of
+    # REPOSITORY's ref that is installed and whose results/ find_results() is pointed at
+    cloned = ('URL, REF = REPOSITORY.rsplit("@", 1)' in src and "fetch -q --depth 1 {URL} {REF}" in src
+              and '"./tpo-interactive"' in src and 'os.environ["TPO_RESULTS_DIR"]' in src)
+    assert re.search(r'"tpo_core @ git\+\{REPOSITORY\}"', src) or cloned, src
 
 
 INSTALL_CELL = """```{code-cell} ipython3

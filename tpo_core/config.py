@@ -33,7 +33,7 @@ def _pos(name, value):
 
 @dataclasses.dataclass(frozen=True)
 class TokenConfig:
-    """Token-reversal family (arXiv 2604.06159 §4). Defaults: the Table-3 prompt-matched H=10 run."""
+    """Token-reversal family (arXiv 2604.06159 §3.4–3.6). Defaults: the Table-3 prompt-matched H=10 run."""
 
     method: str = "tpo"
     target: str = "reverse_copy"
@@ -133,7 +133,7 @@ class TokenConfig:
 
 @dataclasses.dataclass(frozen=True)
 class BanditConfig:
-    """MNIST contextual bandit (arXiv 2604.06159 §4): Adam 1e-3, 100 images a step, 10,000 steps."""
+    """MNIST contextual bandit (arXiv 2604.06159 §3.3): Adam 1e-3, 100 images a step, 10,000 steps."""
 
     method: str = "tpo"
     steps: int = 10_000

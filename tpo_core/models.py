@@ -1,4 +1,4 @@
-"""Flax NNX models: the bandit MLP and the pre-norm causal Transformer of arXiv 2604.06159 §4 (the reference repository's linen model).
+"""Flax NNX models: the bandit MLP and the pre-norm causal Transformer of arXiv 2604.06159 (§3.3 and §3.4–3.6; the reference repository's linen model).
 
 The Transformer is written for the token tasks' structure: a prompt of H tokens shared by K
 answers. The prompt runs **once per prompt**; each candidate answer only feeds its own H-1 answer

@@ -10,7 +10,7 @@ shapes, epochs, model, optimizer kind). The scalar hyperparameters (``cfg.knobs`
 reward noise) live in the carry as traced values, one per run, so a new η reuses the compiled program and a
 sweep ``{"eta": [...]}`` × seeds is one vmapped program (runs = sweep points × seeds, flattened).
 
-One token-task episode (arXiv 2604.06159 §4; the reference repository's token-reversal trial):
+One token-task episode (arXiv 2604.06159 §3.4–3.6; the reference repository's token-reversal trial):
     prompts ~ U{0..V-1}^[B, H] from fold_in(key_seed, e)
     rollout  answers [B, K, H] at temperature 1 (prompt encoded once, KV cache over answers)
     rewards, scores, error (measured before the update)

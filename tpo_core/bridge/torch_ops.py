@@ -1,6 +1,6 @@
 """TPO's group math in pure PyTorch, for LLM trainers (TRL, verl): a mirror of :mod:`tpo_core.losses`.
 
-Target Policy Optimization (Kaddour 2026, arXiv 2604.06159, §3; reference code
+Target Policy Optimization (Kaddour 2026, arXiv 2604.06159, §2; reference code
 github.com/JeanKaddour/tpo, ``src/tpo/algorithms.py``) in the conventions of ``tpo_core.losses``:
 
 * the **group** (the K completions of one prompt) is the **last** axis; leading axes are groups;
@@ -38,7 +38,7 @@ from typing import Hashable, Sequence
 
 import torch
 
-STD_FLOOR = 1e-6  # arXiv 2604.06159 §3 / reference code: u = c/σ only if σ > 1e-6, else u = c
+STD_FLOOR = 1e-6  # arXiv 2604.06159 §2 / reference code: u = c/σ only if σ > 1e-6, else u = c
 
 __all__ = ["STD_FLOOR", "standardize", "tpo_target", "tpo_loss", "sequence_logp", "group_index",
            "gather_groups", "tpo_sequence_weights", "tpo_diagnostics", "within_group_spread", "check_eta"]

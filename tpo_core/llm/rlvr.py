@@ -3,7 +3,7 @@
 Both methods see the same prompts (one data seed), the same training seeds, the same sampling (temperature 1,
 top-p 1, no top-k) and K = 16 completions per prompt, one optimizer step per generation (so GRPO's ratio is 1
 and its clip inactive, as TPO's old log-probs are recomputed by the trainer), no KL to a reference (β = 0), Adam
-at a constant learning rate. TPO uses the paper's η = 1 and token-summed sequence log-probs (Section 3);
+at a constant learning rate. TPO uses the paper's η = 1 and token-summed sequence log-probs (§2);
 ``tpo_mean`` is the length-normalised variant. GRPO is TRL's default (group-normalised advantages, ``dapo``
 token aggregation).
 
@@ -92,7 +92,7 @@ BUDGETS = {
                        "(no GPU was at hand)"),
 }
 
-# ``python -m tpo_core reproduce <name> --budget smoke|cpu|gpu``: the paper's Reasoning Gym tasks (Section 5) at
+# ``python -m tpo_core reproduce <name> --budget smoke|cpu|gpu``: the paper's Reasoning Gym tasks (§3.8) at
 # the setting this model is trained on (tasks.TASKS[...].default). TPO (summed log-probs) and GRPO by default.
 PRESETS = {"llm_graph_coloring": "graph_coloring", "llm_knights_knaves": "knights_knaves"}
 PRESET_METHODS = ("tpo", "grpo")
@@ -385,7 +385,7 @@ def _report_fields(task, budget, config, out, runs, preset, command) -> dict:
     claim = P.LLM.get(task, "the paper runs no LLM experiment on this task")
     return {"preset": preset, "budget": budget, "kind": "llm",
             "title": f"LLM RLVR in miniature: TPO vs GRPO on Reasoning Gym {task} ({config['setting']})",
-            "claim": f"{claim} (verl; Section 5, App. G)",
+            "claim": f"{claim} (verl; §3.8, App. G)",
             "paper_setting": (f"verl, Qwen3-1.7B and DeepSeek-R1-Distill-Qwen-1.5B, AdamW {setup['lr']:g}, {setup['batch_prompts']} "
                               f"prompts x K = {setup['K']} per step; this repository runs "
                               f"SmolLM2-135M-Instruct through TRL"),

@@ -1,6 +1,6 @@
 """A sparse-reward LM experiment through the real TRL trainers: TPO (mean and summed log-probs) vs TRL's GRPO.
 
-The miniature of the paper's LLM experiment (Kaddour 2026, arXiv 2604.06159, Section 5; reference code
+The miniature of the paper's LLM experiment (Kaddour 2026, arXiv 2604.06159, §3.8; reference code
 github.com/JeanKaddour/tpo) at a scale a CPU can repeat over many seeds:
 
 * **model**: a small ``transformers.LlamaForCausalLM`` built here (about 0.2 M parameters at the ``cpu``
@@ -28,7 +28,7 @@ github.com/JeanKaddour/tpo) at a scale a CPU can repeat over many seeds:
   seed and cached (``$TPO_CACHE_DIR`` or ``~/.cache/tpo_core``, under ``llm_sparse``), so every arm of one seed
   starts from the same weights;
 * **arms** (:data:`ARMS`): ``tpo_mean`` (``TargetPOTrainer``, η = 1, length-normalised sequence log-probs),
-  ``tpo_sum`` (the same with token-summed log-probs, the paper's Section 3 as written), both with
+  ``tpo_sum`` (the same with token-summed log-probs, the paper's §2 as written), both with
   ``tpo_mode="exact"``, and ``grpo``: TRL's own ``GRPOTrainer`` with its defaults. All arms use the same
   prompts, seeds and sampling: temperature 1, top-p 1, no top-k, 8 prompts × K = 16 completions per step, one
   optimizer step per generation (``steps_per_generation=1``, ``num_iterations=1``; ``--num-iterations 4``
@@ -904,7 +904,7 @@ def summarize(out, budget: str, b: Budget | None = None, *, command: str | None 
         "preset": "llm_sparse_coloring", "budget": budget, "kind": "llm",
         "title": "Sparse-reward LM miniature: TPO (mean, sum) vs TRL's GRPO, a small Llama on Reasoning Gym "
                  "graph colouring (6 vertices, 3 colours, p = 0.5, binary reward)",
-        "claim": "GRPO collapses on graph colouring while TPO reaches about 0.96 (Kaddour 2026, Section 5, App. G; "
+        "claim": "GRPO collapses on graph colouring while TPO reaches about 0.96 (Kaddour 2026, §3.8, App. G; "
                  "verl, Qwen3-1.7B)",
         "paper_setting": "verl, Qwen3-1.7B and DeepSeek-R1-Distill-Qwen-1.5B, 16 prompts x K = 16, AdamW 1e-5; this "
                          f"repository runs a {warm and next(iter(warm.values()))['n_parameters'] or '?'}-parameter Llama "

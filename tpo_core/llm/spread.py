@@ -487,7 +487,7 @@ def summarize(data: dict, out=None) -> dict:
         "title": "The starting SmolLM2's within-group sequence log-prob spread: why TPO with summed log-probs barely "
                  "moves its target (no training)",
         "claim": "The paper's TPO target q ∝ p_old·e^{u/η} over the K completions of a prompt, with p_old the group "
-                 "softmax of the sequence log-probs (Section 3); the paper runs no such measurement",
+                 "softmax of the sequence log-probs (§2); the paper runs no such measurement",
         "paper_setting": "verl, Qwen3-1.7B and DeepSeek-R1-Distill-Qwen-1.5B; this repository samples "
                          "SmolLM2-135M-Instruct as tpo_core.llm.rlvr's cpu budget does through TRL",
         "budget_note": (f"{first['groups']} puzzles x K = {first['k']} completions of ≤ {first['max_new_tokens']} tokens "

@@ -3,7 +3,7 @@
 Each task is a Reasoning Gym dataset at a named difficulty setting. A prompt is a chat: the library's own
 ``"direct"`` system prompt (answer between ``<answer>`` and ``</answer>``, no preamble) and the puzzle. A
 completion is scored by the library's own verifier, ``dataset.score_answer(answer, entry)``, partial credit
-included (as the paper's Reasoning Gym runs, Section 5), on the answer extracted by the library's own
+included (as the paper's Reasoning Gym runs, §3.8), on the answer extracted by the library's own
 ``extract_answer`` (the last ``<answer>…</answer>``).
 
 ===============  =====================  ============================================================
