@@ -40,6 +40,7 @@ CHUNK = 5                  # token episodes per streamed update (after the first
 BANDIT_EVAL_EVERY = 100    # bandit steps per evaluation block
 BANDIT_CHUNK = 5           # bandit blocks per streamed update
 
+
 @dataclasses.dataclass(frozen=True)
 class Request:
     """A validated training request: one config per method."""
