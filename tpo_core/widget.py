@@ -118,6 +118,12 @@ class LiveTraining:
             self._build()
         return self._widget
 
+    @property
+    def controls(self) -> dict:
+        """The input widgets by name (the keyword arguments of :func:`tpo_core.live.validate`)."""
+        self.widget  # noqa: B018 (builds them)
+        return self._controls
+
     def _build(self):
         import ipywidgets as W
         import plotly.graph_objects as go
@@ -132,7 +138,7 @@ class LiveTraining:
         options = _method_options(task)
         chosen = d["methods"] if not isinstance(d["methods"], str) else [d["methods"]]
         chosen = tuple(m for m in chosen if m in dict((v, v) for _, v in options))
-        c = self.controls = dict(
+        c = self._controls = dict(
             task=W.Dropdown(options=list(live.TASKS), value=task, description="task", style=style,
                             layout=small("240px")),
             methods=W.SelectMultiple(options=options, value=chosen, rows=5, description="methods",
@@ -192,7 +198,7 @@ class LiveTraining:
 
     def _on_task(self, change):
         token = change["new"] == "token reversal"
-        c = self.controls
+        c = self._controls
         options = _method_options(change["new"])
         keep = tuple(m for m in c["methods"].value if m in {v for _, v in options})
         c["methods"].options = options
@@ -220,7 +226,6 @@ class LiveTraining:
     # ---------------------------------------------------------------------------------------- actions
     def values(self) -> dict:
         """The controls' current values, as :func:`tpo_core.live.validate` takes them."""
-        self.widget  # noqa: B018 (builds the controls)
         return {k: (list(w.value) if k == "methods" else w.value) for k, w in self.controls.items()}
 
     @property
