@@ -32,6 +32,7 @@ DEFAULTS = dict(task="token reversal", methods=("tpo", "grpo"), reward="terminal
                 episodes=200, n_seeds=1, seed=0, bandit_steps=1000)
 FIGURES = ("error", "grad", "pq")
 UIREVISION = "tpo-live"   # plotly keeps the reader's zoom and legend clicks across the per-chunk redraws
+TEMPLATE = "plotly_white"  # the book's and the demo's (tpo_core.plotting.setup), without changing plotly's default
 
 
 def book_build() -> bool:
@@ -67,11 +68,15 @@ def _html(markdown: str) -> str:
 
 def sync_figure(target, fig) -> None:
     """Redraw FigureWidget ``target`` as ``fig`` in place: the same traces are updated (their points grow),
-    a changed set of traces is replaced; the layout is ``fig``'s."""
+    a changed set of traces is replaced; the layout is ``fig``'s (annotations included: none if it has none).
+    Call it once ``target`` is displayed: plotly's widget drops what it is sent before it has a view, so a
+    FigureWidget starts from its constructor's figure."""
     same = len(target.data) == len(fig.data) and all(
         a.type == b.type and a.name == b.name for a, b in zip(target.data, fig.data))
     layout = fig.layout.to_plotly_json()
     layout["uirevision"] = UIREVISION
+    layout.setdefault("annotations", [])
+    layout.setdefault("template", TEMPLATE)
     with target.batch_update():
         if same:
             for old, new in zip(target.data, fig.data):
@@ -80,6 +85,18 @@ def sync_figure(target, fig) -> None:
             target.data = ()
             target.add_traces(list(fig.data))
         target.layout = layout
+
+
+def placeholder(title: str, note: str):
+    """The figure a FigureWidget is built from: a title and a note, axes shown (a later redraw merges into
+    the frontend's layout, so nothing is hidden here that a later figure would have to show again)."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    fig.update_layout(title=title, height=300, margin=dict(l=50, r=20, t=50, b=40), template=TEMPLATE,
+                      uirevision=UIREVISION)
+    fig.add_annotation(text=note, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    return fig
 
 
 class LiveTraining:
@@ -165,9 +182,10 @@ class LiveTraining:
                                    layout=small("420px"), disabled=True, continuous_update=False)
         self.episode.observe(self._on_episode, names="value")
         c["task"].observe(self._on_task, names="value")
-        self.figures = {name: go.FigureWidget() for name in FIGURES}
-        for name, fig in self.figures.items():
-            sync_figure(fig, self._empty_figure(name))
+        titles = {"error": "error", "grad": "‖∇L‖ and the step ‖Δθ‖", "pq": "tracked group: p before each epoch → q"}
+        self.figures = {name: go.FigureWidget(placeholder(titles[name], "press Train")) for name in FIGURES}
+        for name in ("error", "grad"):
+            self.figures[name].layout.width = 480
         token_row = W.HBox([c["reward"], c["H"], c["K"], c["B"], c["episodes"]])
         self._token_only = [c["reward"], c["H"], c["K"], c["B"], c["episodes"]]
         self._bandit_only = [c["bandit_steps"]]
@@ -184,14 +202,11 @@ class LiveTraining:
         self._widget = W.VBox([controls, plots])
         self._on_task({"new": task})
 
-    def _empty_figure(self, name):
-        hist = {"done": 0, "task": self.defaults["task"], "unit": "episode", "metrics": {}, "epochs": {}}
-        return self._figure(name, hist)
-
     @staticmethod
     def _figure(name, hist, episode=None):
         fig = {"error": live.error_figure, "grad": live.grad_figure}[name](hist) if name != "pq" else \
             live.pq_figure(hist, episode)
+        fig.update_layout(template=TEMPLATE)
         if name != "pq":
             fig.update_layout(width=480)
         return fig
