@@ -74,6 +74,7 @@ POINTS = """() => {
     const t = gd && (gd._fullData || []).find(t => t.name === 'tpo');
     return t ? t.x.length : 0;
 }"""
+STARTED = """() => Array.from(document.querySelectorAll('.jp-InputPrompt')).some(e => /\\[(\\*|\\d+)\\]/.test(e.innerText))"""
 STATUS = """() => Array.from(document.querySelectorAll('.widget-html-content'))
     .map(e => e.innerText).join(' | ')"""
 
@@ -92,8 +93,16 @@ def test_widget_trains_and_stops_in_jupyter(jupyter, browser, screenshots_dir):
         # the kernel is up when the notebook's kernel indicator reads idle
         page.wait_for_function("""() => document.querySelector('.jp-Notebook-ExecutionIndicator[data-status="idle"]')""",
                                timeout=90_000)
-        page.locator(".jp-CodeCell .cm-content").first.click()
-        page.keyboard.press("Shift+Enter")
+        # Run > Run All Cells (a keypress can land before the editor has focus); once more if it did not start
+        for attempt in range(2):
+            page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+            page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
+            try:
+                page.wait_for_function(STARTED, timeout=30_000)
+                break
+            except Exception:
+                if attempt:
+                    raise
 
         train = page.locator("button.jupyter-button", has_text="Train")
         stop = page.locator("button.jupyter-button", has_text="Stop")

@@ -77,6 +77,7 @@ def sync_figure(target, fig) -> None:
     layout["uirevision"] = UIREVISION
     layout.setdefault("annotations", [])
     layout.setdefault("template", TEMPLATE)
+    gone = _leaves(target.layout.to_plotly_json()) - _leaves(layout)
     with target.batch_update():
         if same:
             for old, new in zip(target.data, fig.data):
@@ -85,6 +86,25 @@ def sync_figure(target, fig) -> None:
             target.data = ()
             target.add_traces(list(fig.data))
         target.layout = layout
+    # Assigning a layout sends the frontend only what it sets, so what the previous layout had (a note, a hidden
+    # axis) would stay on screen: send the annotations, and unset the rest. The Python side has already dropped
+    # those values, so plotly_relayout would find nothing changed and send nothing: send the message itself.
+    target.plotly_relayout({"annotations": layout["annotations"]})
+    if gone:
+        target._send_relayout_msg({path: None for path in sorted(gone)})
+
+
+def _leaves(layout: dict, prefix: str = "") -> set:
+    """The dotted paths of a layout's values (its template left out), e.g. {"xaxis.visible", "title.text"}."""
+    out = set()
+    for key, value in layout.items():
+        if key == "template":
+            continue
+        if isinstance(value, dict):
+            out |= _leaves(value, f"{prefix}{key}.")
+        else:
+            out.add(f"{prefix}{key}")
+    return out
 
 
 def placeholder(title: str, note: str):
