@@ -74,6 +74,9 @@ POINTS = """() => {
     const t = gd && (gd._fullData || []).find(t => t.name === 'tpo');
     return t ? t.x.length : 0;
 }"""
+# Notebook 7.6.5's own frontend raises this while loading its settings, with or without the widget (a notebook whose
+# only cell is print(1) gets it too, with the jupytext extension disabled as well): not ours to fix, so not counted
+NOTEBOOK_NOISE = {"Cannot read properties of undefined (reading 'schema')"}
 STARTED = """() => Array.from(document.querySelectorAll('.jp-InputPrompt')).some(e => /\\[(\\*|\\d+)\\]/.test(e.innerText))"""
 STATUS = """() => Array.from(document.querySelectorAll('.widget-html-content'))
     .map(e => e.innerText).join(' | ')"""
@@ -132,4 +135,5 @@ def test_widget_trains_and_stops_in_jupyter(jupyter, browser, screenshots_dir):
         raise AssertionError(f"the cell's output: {outputs}; server log: {jupyter[2].read_text()[-3000:]}")
     finally:
         context.close()
+    errors = [e for e in errors if e not in NOTEBOOK_NOISE]
     assert not errors, f"JavaScript errors in the page: {errors}"

@@ -1,13 +1,13 @@
 """Live training, chunk by chunk: the streaming engine of the Gradio demo (``demos/app.py``, which imports it
 through ``demos/training.py``) and of the notebook widget (:mod:`tpo_core.widget`).
 
-A :class:`Request` (from :func:`validate`, which turns raw UI values into configs or raises :class:`InputError`
+A :class:`Request` (from :func:`validate`, which turns raw UI values into configs or raises ``InputError``
 naming the input) holds one config per method; :func:`stream` trains the methods interleaved, one chunk each,
 and yields the history after every round, so a UI can redraw between chunks (and stop there). Each method is a
 :func:`tpo_core.train.make_token_program` (or bandit) program; chunks are 1 episode first (so the first points
 arrive within a second on a warm process), then ``CHUNK`` episodes; a ragged remainder is run as 1-episode
 chunks, so a configuration compiles exactly two chunk shapes (:func:`schedule`). The figure builders
-(:func:`error_figure`, :func:`grad_figure`, :func:`zero_var_figure`, :func:`pq_figure`) turn one history
+(``error_figure``, ``grad_figure``, ``zero_var_figure``, ``pq_figure``) turn one history
 snapshot into plotly figures. Nothing here imports gradio or ``demos``: the package alone (as Colab installs it)
 runs it.
 """
@@ -57,7 +57,7 @@ class Request:
 
 def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episodes=300, n_seeds=1, seed=0,
              bandit_steps=3000) -> Request:
-    """Turn raw UI values into a :class:`Request`, or raise :class:`InputError` naming the input."""
+    """Turn raw UI values into a :class:`Request`, or raise ``InputError`` (a ``ValueError``) naming the input."""
     if task not in TASKS:
         raise InputError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
     if isinstance(methods, str):

@@ -1,4 +1,4 @@
-"""Live training in a notebook (Jupyter, JupyterLab, Colab): the Gradio demo's training tab as an ipywidget.
+"""Live training in a notebook (Jupyter, JupyterLab, Colab): the Gradio demo's training tab as an ipywidget::
 
     from tpo_core.widget import live_training
     live_training(methods=["tpo", "grpo"], H=4, episodes=200)      # the last expression of a cell
@@ -123,9 +123,9 @@ class LiveTraining:
     """The live training widget. Keyword arguments set the controls' starting values (those of
     :func:`tpo_core.live.validate`: ``task``, ``methods``, ``reward``, ``H``, ``B``, ``K``, ``eta``, ``episodes``,
     ``n_seeds``, ``seed``, ``bandit_steps``); ``snapshot`` overrides some of them for the static snapshot shown in
-    the book build (e.g. fewer episodes). Display it (last expression of a cell) or use :attr:`widget`.
+    the book build (e.g. fewer episodes). Display it (last expression of a cell) or use its ``widget``.
 
-    :meth:`train` / :meth:`stop` are what the buttons call; :attr:`history` is the last history the engine
+    :meth:`train` / :meth:`stop` are what the buttons call; ``history`` is the last history the engine
     yielded; ``on_update(hist)``, if set, is called (in the training thread) after each redraw."""
 
     def __init__(self, snapshot: dict | None = None, **values):
@@ -345,7 +345,7 @@ class LiveTraining:
 
     # ---------------------------------------------------------------------------------------- the book
     def snapshot(self) -> tuple:
-        """Train the starting values (with ``snapshot``'s overrides) to the end through :func:`live.stream`;
+        """Train the starting values (with ``snapshot``'s overrides) to the end through :func:`tpo_core.live.stream`;
         (request, last history, [error, grad, pq figures]). What the static book shows."""
         req = live.validate(**{**self.defaults, **self.snapshot_values})
         hist = None
