@@ -146,13 +146,14 @@ def test_task_switch_swaps_the_methods_and_the_controls():
 def test_book_build_shows_a_static_snapshot(monkeypatch):
     """TPO_BOOK_BUILD=1: no widget (no kernel will be there), the figures of a short run as HTML, one line."""
     from IPython.core.interactiveshell import InteractiveShell
+    from IPython.display import display
     from IPython.utils.capture import capture_output
 
     monkeypatch.setenv("TPO_BOOK_BUILD", "1")
     InteractiveShell.instance()
     w = widget.live_training(snapshot=dict(episodes=3), **TINY)
     with capture_output() as cap:
-        w._ipython_display_()
+        display(w)                               # what a cell's last expression does
     bundles = [o.data for o in cap.outputs]
     assert all("application/vnd.jupyter.widget-view+json" not in b for b in bundles)
     html = [b["text/html"] for b in bundles]
