@@ -16,6 +16,7 @@ import re
 import numpy as np
 
 from tpo_core import explorer as core
+from tpo_core.explorer import InputError, check_int  # noqa: F401 (re-exported: the demo's input errors)
 from tpo_core import plotting
 
 MAX_K = 64            # largest group the explorer accepts
@@ -28,26 +29,9 @@ SCORE_PRESETS = core.SCORE_PRESETS + ("custom",)   # one copy of the presets, sh
 LOGP_PRESETS = core.LOGP_PRESETS + ("custom",)
 
 
-class InputError(ValueError):
-    """A user input the demo rejects; the message names the input and is shown in the UI."""
-
-
 # --------------------------------------------------------------------------------------------
-# validation and parsing
+# validation and parsing (InputError and check_int live in tpo_core.explorer, shared with tpo_core.live)
 # --------------------------------------------------------------------------------------------
-def check_int(name: str, value, lo: int, hi: int) -> int:
-    """A whole number in [lo, hi] (floats such as 8.0 from a slider are accepted); InputError naming it."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a whole number between {lo} and {hi}, got {value!r}") from None
-    if not math.isfinite(v) or v != int(v):
-        raise InputError(f"{name} must be a whole number between {lo} and {hi}, got {value!r}")
-    if not lo <= v <= hi:
-        raise InputError(f"{name} must be between {lo} and {hi}, got {int(v)}")
-    return int(v)
-
-
 def check_k(K, max_k: int = MAX_K) -> int:
     return check_int("K", K, 2, max_k)
 

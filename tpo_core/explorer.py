@@ -23,6 +23,24 @@ LOGP_PRESETS = ("uniform", "random", "success unlikely")
 EXPLORER_ETAS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 
+class InputError(ValueError):
+    """A user input the demo or the notebook widget rejects; the message names the input and is shown in the UI
+    (``demos/explorer.py`` and :mod:`tpo_core.live` raise it)."""
+
+
+def check_int(name: str, value, lo: int, hi: int) -> int:
+    """A whole number in [lo, hi] (floats such as 8.0 from a slider are accepted); InputError naming it."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a whole number between {lo} and {hi}, got {value!r}") from None
+    if not math.isfinite(v) or v != int(v):
+        raise InputError(f"{name} must be a whole number between {lo} and {hi}, got {value!r}")
+    if not lo <= v <= hi:
+        raise InputError(f"{name} must be between {lo} and {hi}, got {int(v)}")
+    return int(v)
+
+
 def preset_scores(preset: str, K: int) -> np.ndarray:
     """Raw scores of a named situation (candidate 1 is always among the best)."""
     K = _check_k(K)
