@@ -4,7 +4,6 @@ import os
 import pathlib
 import re
 import subprocess
-import tomllib
 
 import jax
 import jax.numpy as jnp
@@ -68,23 +67,10 @@ def test_the_pinned_jax_keeps_every_engine_option(monkeypatch):
     assert runtime.init_compiler_options() == runtime.INIT_COMPILER_OPTIONS
 
 
-def floor_pins() -> list[str]:
-    """pyproject's declared floors as exact pins (``jax>=0.7.1`` -> ``jax[cpu]==0.7.1`` and ``jaxlib==0.7.1``): the
-    environment the slow test below trains in when ``TPO_JAX_FLOOR_PY`` names none."""
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    pins = []
-    for dep in deps:
-        m = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9][0-9.]*)", dep)
-        assert m, f"every core dependency declares a floor and nothing else, so its floor can be tested: {dep!r}"
-        name, floor = m.groups()
-        pins += [f"jax[cpu]=={floor}", f"jaxlib=={floor}"] if name == "jax" else [f"{name}=={floor}"]
-    return pins
-
-
 def test_the_declared_floor_is_the_tested_one():
-    """The slow test below trains on pyproject's floors themselves (floor_pins), whatever they are; these are the
-    ones its comment says were verified."""
-    assert {"jax[cpu]==0.7.1", "jaxlib==0.7.1", "flax==0.12", "optax==0.2.5"} <= set(floor_pins())
+    """The slow test below trains on pyproject's floors themselves (fresh_venv.floor_pins), whatever they are; these
+    are the ones its comment says were verified."""
+    assert {"jax[cpu]==0.7.1", "jaxlib==0.7.1", "flax==0.12", "optax==0.2.5"} <= set(fresh_venv.floor_pins())
 
 
 # A tiny token run (TPO and GRPO, Muon and Adam) and a tiny MNIST-bandit run on synthetic images, with the engine's own
@@ -119,13 +105,13 @@ FLOOR = "pyproject-floors"
 def test_tiny_runs_train_on_another_jax(python):
     """The tiny runs in a venv of pyproject's floors (every core dependency at its declared floor: jax 0.7.1,
     flax 0.12.0, optax 0.2.5, numpy 1.26, scikit-learn 1.3, plotly 6, tqdm 4.60; their own dependencies as pip
-    resolves them), built once and cached under /tmp (tests/fresh_venv.py; about 1.5 min to build from PyPI, 1 min to
-    run). ``TPO_JAX_FLOOR_PY`` names other pythons instead (several: joined by ``os.pathsep``), e.g. one with jax
+    resolves them), built once and cached under /tmp (tests/fresh_venv.py: started in the background as the session
+    starts; 1.5-5 min to build from PyPI, 1-2 min to run). ``TPO_JAX_FLOOR_PY`` names other pythons instead (several: joined by ``os.pathsep``), e.g. one with jax
     0.9.2; this checkout is put on their path. Verified 2026-12: the floors above; jax 0.9.2 / flax 0.12.6 /
     optax 0.2.8 (both refuse ``xla_cpu_opt_preset``); and the pinned jax."""
     at_floor = python == FLOOR
     if at_floor:
-        python = fresh_venv.cached_venv("jax-floor", floor_pins())
+        python = fresh_venv.floor_venv()
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "TPO_JAX_CACHE")}  # the engine's options
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run([python, "-c", TINY_RUNS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
@@ -134,5 +120,5 @@ def test_tiny_runs_train_on_another_jax(python):
         from packaging.version import Version
 
         ran = done.stdout.splitlines()[0].split()                        # "jax X flax Y optax Z"
-        floors = {p.split("==")[0].split("[")[0]: p.split("==")[1] for p in floor_pins()}
+        floors = {p.split("==")[0].split("[")[0]: p.split("==")[1] for p in fresh_venv.floor_pins()}
         assert all(Version(ran[i + 1]) == Version(floors[ran[i]]) for i in (0, 2, 4)), (ran, floors)
