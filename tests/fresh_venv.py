@@ -191,30 +191,38 @@ def extras_resolve() -> dict:
 
 # -- the background preparer ----------------------------------------------------------------------------------------
 _preparer = None
-USERS = ("test_wheel", "test_jax_compat")
+# what each packaging test file needs built, in the order the preparer builds it
+NEEDS = {"test_wheel": ("wheel-deps", "extras"), "test_jax_compat": ("jax-floor",)}
+STEPS = {"wheel-deps": wheel_deps_venv, "jax-floor": floor_venv, "extras": extras_resolve}
 
 
-def _session_needs(config) -> bool:
+def _session_needs(config) -> list[str]:
+    """The preparer's steps for the test files this session names (a folder: all of them), unless slow tests are
+    deselected or ``TPO_VENV_PREPARE=0``."""
     if "not slow" in (config.option.markexpr or "") or os.environ.get("TPO_VENV_PREPARE") == "0":
-        return False
+        return []
+    files = set()
     for arg in config.args:
         path = pathlib.Path(arg.split("::", 1)[0])
-        if path.is_dir() or path.stem in USERS:
-            return True
-    return False
+        files |= set(NEEDS) if path.is_dir() else {path.stem} & set(NEEDS)
+    steps = [s for f in sorted(files) for s in NEEDS[f]]        # in the order the suite reaches the files
+    if os.environ.get("TPO_JAX_FLOOR_PY"):
+        steps = [s for s in steps if s != "jax-floor"]                    # the floor test uses the pythons named
+    return steps
 
 
 def start_preparing(config):
     """In the session's first process (pytest-xdist's controller, or a plain pytest) of a session that will run the
-    packaging tests: build their venvs and the extras' resolve in a background process (log: CACHE/prepare.log)."""
+    packaging tests: build what they need in a background process (log: CACHE/prepare.log)."""
     global _preparer
-    if os.environ.get("PYTEST_XDIST_WORKER") or _preparer is not None or not _session_needs(config):
+    steps = [] if os.environ.get("PYTEST_XDIST_WORKER") or _preparer is not None else _session_needs(config)
+    if not steps:
         return
     CACHE.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with open(CACHE / "prepare.log", "w") as log:
-        _preparer = subprocess.Popen([sys.executable, "-m", "tests.fresh_venv"], cwd=ROOT, env=env, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        _preparer = subprocess.Popen([sys.executable, "-m", "tests.fresh_venv", *steps], cwd=ROOT, env=env,
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def stop_preparing():
@@ -227,22 +235,18 @@ def stop_preparing():
         _preparer.wait(60)
 
 
-def _prepare():
-    """Build everything the packaging tests need, each step on its own (a failed one is logged and left for its test
-    to redo and report)."""
+def _prepare(steps):
+    """Build each step on its own (a failed one is logged and left for its test to redo and report)."""
     import time
 
-    steps = [("wheel-deps venv", wheel_deps_venv), ("LLM extras resolve", extras_resolve)]
-    if not os.environ.get("TPO_JAX_FLOOR_PY"):
-        steps.insert(1, ("jax-floor venv", floor_venv))
-    for what, build in steps:
+    for step in steps:
         t0 = time.perf_counter()
         try:
-            build()
-            print(f"{what}: ready after {time.perf_counter() - t0:.0f} s", flush=True)
+            STEPS[step]()
+            print(f"{step}: ready after {time.perf_counter() - t0:.0f} s", flush=True)
         except BaseException as e:  # noqa: BLE001 - pytest.skip/fail raise BaseExceptions; the tests report them
-            print(f"{what}: not built ({type(e).__name__}: {str(e)[-2000:]})", flush=True)
+            print(f"{step}: not built ({type(e).__name__}: {str(e)[-2000:]})", flush=True)
 
 
 if __name__ == "__main__":
-    _prepare()
+    _prepare(sys.argv[1:])
