@@ -55,5 +55,14 @@ space:  ## assemble the demo's Hugging Face Space into $(OUT)
 bench: venv
 	$(BIN)/python benchmarks/bench_train.py
 
+# The sdist and the wheel in dist/, checked as PyPI will (tests/test_wheel.py also runs the wheel in a fresh venv;
+# a v* tag publishes them: .github/workflows/release.yml).
+.PHONY: dist
+dist: venv  ## build the sdist and the wheel, then twine check them
+	rm -rf dist
+	$(BIN)/python -m build
+	$(BIN)/python -m twine check --strict dist/*
+	rm -rf build tpo_core.egg-info
+
 clean:
 	rm -rf _build .pytest_cache

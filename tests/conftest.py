@@ -36,6 +36,7 @@ if "TPO_JAX_CACHE" not in os.environ:
 
     _OWN_CACHE = os.environ["TPO_JAX_CACHE"] = tempfile.mkdtemp(prefix="tpo-jax-cache-")
 
+from tests import fresh_venv  # noqa: E402
 from tpo_core import runtime  # noqa: E402
 
 runtime.enable_compile_cache()
@@ -79,7 +80,14 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda it: (rank.get(group_of(it.path), len(rank)), it.path.stem != "test_book_build"))
 
 
+def pytest_sessionstart(session):
+    """The packaging tests' venvs (tests/fresh_venv.py) start building at once, in the background: their time is
+    spent waiting on the package index, beside the rest of the suite instead of after it."""
+    fresh_venv.start_preparing(session.config)
+
+
 def pytest_unconfigure(config):
+    fresh_venv.stop_preparing()
     if _OWN_CACHE and not os.environ.get("PYTEST_XDIST_WORKER"):
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from tests import fresh_venv
 from tpo_core import runtime
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -67,9 +68,9 @@ def test_the_pinned_jax_keeps_every_engine_option(monkeypatch):
 
 
 def test_the_declared_floor_is_the_tested_one():
-    """pyproject's floors are the versions the slow test below was run on (see the comment there)."""
-    text = (ROOT / "pyproject.toml").read_text()
-    assert '"jax>=0.7.1"' in text and '"flax>=0.12"' in text and '"optax>=0.2.5"' in text
+    """The slow test below trains on pyproject's floors themselves (fresh_venv.floor_pins), whatever they are; these
+    are the ones its comment says were verified."""
+    assert {"jax[cpu]==0.7.1", "jaxlib==0.7.1", "flax==0.12", "optax==0.2.5"} <= set(fresh_venv.floor_pins())
 
 
 # A tiny token run (TPO and GRPO, Muon and Adam) and a tiny MNIST-bandit run on synthetic images, with the engine's own
@@ -95,17 +96,29 @@ print("tiny runs ok")
 """
 
 
+FLOOR = "pyproject-floors"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("python", [p for p in os.environ.get("TPO_JAX_FLOOR_PY", "").split(os.pathsep) if p]
-                         or [None])
+                         or [FLOOR])
 def test_tiny_runs_train_on_another_jax(python):
-    """Set ``TPO_JAX_FLOOR_PY`` to the python of a venv holding another jax (several: joined by ``os.pathsep``), e.g.
-    the floor, made with ``pip install "jax[cpu]==0.7.1" "flax==0.12.0" "optax==0.2.5" numpy scikit-learn plotly
-    tqdm``; this checkout is put on its path. Verified 2026-12: jax 0.7.1 / flax 0.12.0 / optax 0.2.5 and jax 0.9.2 /
-    flax 0.12.6 / optax 0.2.8 (both refuse ``xla_cpu_opt_preset``), and the pinned jax."""
-    if python is None:
-        pytest.skip("TPO_JAX_FLOOR_PY names no python of another jax venv")
+    """The tiny runs in a venv of pyproject's floors (every core dependency at its declared floor: jax 0.7.1,
+    flax 0.12.0, optax 0.2.5, numpy 1.26, scikit-learn 1.3, plotly 6, tqdm 4.60; their own dependencies as pip
+    resolves them), built once and cached under /tmp (tests/fresh_venv.py: started in the background as the session
+    starts; 1.5-5 min to build from PyPI, 1-2 min to run). ``TPO_JAX_FLOOR_PY`` names other pythons instead (several: joined by ``os.pathsep``), e.g. one with jax
+    0.9.2; this checkout is put on their path. Verified 2026-12: the floors above; jax 0.9.2 / flax 0.12.6 /
+    optax 0.2.8 (both refuse ``xla_cpu_opt_preset``); and the pinned jax."""
+    at_floor = python == FLOOR
+    if at_floor:
+        python = fresh_venv.floor_venv()
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "TPO_JAX_CACHE")}  # the engine's options
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run([python, "-c", TINY_RUNS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and "tiny runs ok" in done.stdout, done.stdout + done.stderr[-4000:]
+    if at_floor:                                                          # it ran on the floors themselves
+        from packaging.version import Version
+
+        ran = done.stdout.splitlines()[0].split()                        # "jax X flax Y optax Z"
+        floors = {p.split("==")[0].split("[")[0]: p.split("==")[1] for p in fresh_venv.floor_pins()}
+        assert all(Version(ran[i + 1]) == Version(floors[ran[i]]) for i in (0, 2, 4)), (ran, floors)

@@ -16,7 +16,27 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The version, written in one place, ``pyproject.toml``: of the source tree this package was imported from when
+    there is one (``pyproject.toml`` beside the package, naming tpo_core), else of the installed distribution."""
+    import pathlib
+    import re
+
+    source = pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml"
+    text = source.read_text() if source.is_file() else ""
+    declared = re.search(r'^version = "([^"]+)"', text, re.M) if re.search(r'^name = "tpo_core"', text, re.M) else None
+    if declared:
+        return declared.group(1)
+    from importlib import metadata
+
+    try:
+        return metadata.version(__name__)
+    except metadata.PackageNotFoundError:  # neither installed nor in its source tree (e.g. a copied folder)
+        return "0+unknown"
+
+
+__version__ = _version()
 
 _EXPORTS = {
     "losses": ("clipped_surrogate", "cross_entropy_loss", "dapo_loss", "dg_loss", "dg_weights", "group_pg_loss",
