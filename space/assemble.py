@@ -38,7 +38,8 @@ SPACE_DIR = pathlib.Path(__file__).resolve().parent
 
 # The demo's third-party dependencies besides gradio (which Spaces installs from sdk_version): tpo_core's own
 # (pyproject.toml) and what demos/ imports, pinned as in the repository's requirements.txt (jax's CPU build).
-DEPENDENCIES = ("jax[cpu]", "jaxlib", "flax", "optax", "chex", "numpy", "scikit-learn", "plotly", "tqdm")
+DEPENDENCIES = ("jax[cpu]", "jaxlib", "flax", "optax", "chex", "numpy", "scikit-learn", "plotly", "tqdm", "ipywidgets",
+                "anywidget")
 SPACE_FILES = ("README.md", "app.py")  # from space/, into the folder's root
 RESULT_FILES = ("summary.json", "NOTES.md")  # per preset folder under results/ (figures stay out: ~5 MB each)
 
