@@ -28,6 +28,7 @@ import urllib.request
 import pytest
 import yaml
 
+from demos import server_process
 from space import assemble
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -371,11 +372,6 @@ def test_space_runs_as_spaces_runs_it(tmp_path, browser, screenshots_dir):
         assert not errors, f"JavaScript errors in the page: {errors}"
         assert any("[tpo_core.mnist]" in ln for ln in log), "\n".join(log[-40:])  # the bandit's data was found
     finally:  # ends the run too (the server's training thread dies with it)
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server_process.stop(proc)
     timings["total"] = time.time() - t0
     print("space test wall times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
