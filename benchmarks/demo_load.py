@@ -23,6 +23,10 @@ warm-up to finish), then drives it through ``gradio_client`` only, with the app'
     ``--sample-every`` trainings fill what the server legitimately keeps (the compiled chunk programs of the
     config, their XLA buffers, the cached initial states); the verdict is "no growth beyond the compile cache"
     when RSS after all trainings minus RSS after the first ``--sample-every`` is below ``--threshold-mb``.
+    The default, 50 MB, sits above the spread of idle readings of an unchanged server (allocator and thread
+    noise, ~15 MB between blocks here) and below what keeping one run's training state per training would add
+    over the trainings after the first block (the initial carry of this config, measured here with the engine
+    and recorded as ``carry_mb``: ≈ 0.9 MB, ×90 ≈ 85 MB); a program recompiled per run would add more.
 (c) the queue bound: ``TRAINING_CONCURRENCY`` long runs occupy the trainers, then ``QUEUE_MAX_SIZE`` more runs
     wait in the queue, then further submissions must each get Gradio's clean "queue full" rejection (HTTP 503,
     ``QueueError`` in the client) while the queue never holds more than ``QUEUE_MAX_SIZE``; every run is then
@@ -420,6 +424,18 @@ def memory_verdict(samples: list, every: int, threshold_mb: float) -> dict:
                         f"RSS grew {growth:.1f} MB after the first {every} trainings (threshold {threshold_mb:g} MB)")}
 
 
+def carry_mb(episodes: int) -> float:
+    """Size of one run's initial carry at the benchmark's config, from the engine (``tpo_core.train``)."""
+    import jax
+
+    from tpo_core.config import TokenConfig
+    from tpo_core.train import make_token_program
+
+    cfg = TokenConfig(method=METHODS[0], reward=REWARD, H=H, B=B, K=K, eta=1.0, episodes=episodes)
+    carry = make_token_program(cfg.interaction_matched()).init([0])
+    return sum(x.nbytes for x in jax.tree.leaves(carry)) / 1e6
+
+
 def _f(v, fmt="{:.2f}"):
     return "—" if v is None else fmt.format(v)
 
@@ -522,8 +538,13 @@ def run(args, log=print) -> dict:
     result["wall_s"] = time.time() - t_start
     result["sessions"] = latency_summary(sessions)
     result["trainings"] = latency_summary(trainings)
-    result["memory"] = dict(memory_verdict(samples, args.sample_every, args.threshold_mb), samples=samples)
+    result["memory"] = dict(memory_verdict(samples, args.sample_every, args.threshold_mb), samples=samples,
+                            carry_mb=carry_mb(args.episodes),
+                            carry_note="bytes of one run's initial training state at this config (params, "
+                                       "optimizer state, knobs): what a leak of one run's state per training adds")
     result["own_data"] = own_data(sessions, trainings, args.sessions)
+    result["per_training"] = [{k: r.get(k) for k in ("training", "config", "seed", "eta", "ok", "error", "total_s",
+                                                      "signature", "q_error")} for r in trainings]
     result["per_session"] = [{k: r.get(k) for k in ("session", "seed", "eta", "ok", "error", "first_update_s",
                                                     "first_data_s", "total_s", "signature", "q_error")}
                              for r in sessions]
