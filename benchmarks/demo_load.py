@@ -2,11 +2,13 @@
 
 Usage: python benchmarks/demo_load.py [--sessions 20] [--trainings 100] [--sample-every 10] [--parallel 2]
                                       [--episodes 6] [--threshold-mb 50] [--no-warm] [--no-queue-check]
+                                      [--max-sessions N]
                                       [--out benchmarks/results/demo_load.json]
        python benchmarks/demo_load.py --readme      (rewrite README.md's table from the results file only)
 
 Starts ``python -m demos.app`` on a free loopback port (startup warm-up on unless ``--no-warm``; it waits for the
-warm-up to finish), then drives it through ``gradio_client`` only, with the app's public ``/train`` endpoint:
+warm-up to finish), then drives it through ``gradio_client`` only, with the app's public ``/train`` endpoint. One
+untimed run first compiles the benchmark's config (the warm-up compiles the app's default one), then:
 
 (a) ``--sessions`` concurrent sessions (one thread and one ``Client`` each, so one server-side session each) submit
     at the same moment one small training each (the token task, TPO, H = 3, B = 8, K = 4, ``--episodes``), every
@@ -118,6 +120,8 @@ def parse_args(argv=None):
                     help="largest RSS growth (after all trainings minus after the first --sample-every) that "
                          "counts as no growth")
     ap.add_argument("--no-warm", action="store_true", help="start the server without its startup warm-up")
+    ap.add_argument("--max-sessions", type=_int_range("--max-sessions", 1, 10**6), default=None,
+                    help="the server's --max-sessions (default: the app's own)")
     ap.add_argument("--no-queue-check", action="store_true", help="skip phase (c)")
     ap.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT, help="results file (JSON)")
     ap.add_argument("--readme", action="store_true", help="only rewrite README.md's table from --out")
@@ -452,8 +456,10 @@ def table(result: dict) -> str:
             ("trainings, one new session each", f"{t['n']} ({result['config']['parallel']} at a time)"),
             ("their errors", f"{t['errors']}"),
             ("their latency p50 / p90 / p99", " / ".join(_f(t["latency_s"][k]) for k in ("p50", "p90", "p99")) + " s"),
-            (f"server RSS before / after {m['first_block']} / after {t['n']}",
-             f"{m['rss_before_mb']:.0f} / {m['rss_after_first_block_mb']:.0f} / {m['rss_after_all_mb']:.0f} MB"),
+            (f"server RSS: idle at start / after the {s['n']} sessions / after {m['first_block']} and "
+             f"{t['n']} more trainings",
+             f"{m['rss_at_start_mb']:.0f} / {m['rss_before_mb']:.0f} / {m['rss_after_first_block_mb']:.0f} / "
+             f"{m['rss_after_all_mb']:.0f} MB"),
             (f"growth after the first {m['first_block']} (threshold {m['threshold_mb']:g} MB)",
              f"{m['growth_after_first_block_mb']:+.1f} MB: {m['verdict']}")]
     if q:
@@ -507,9 +513,11 @@ def run(args, log=print) -> dict:
                                 f"{args.episodes} episodes, 1 seed",
                          "episodes": args.episodes, "sessions": args.sessions, "trainings": args.trainings,
                          "sample_every": args.sample_every, "parallel": args.parallel, "warm_up": not args.no_warm,
-                         "training_concurrency": app.TRAINING_CONCURRENCY, "queue_max_size": app.QUEUE_MAX_SIZE}}
+                         "training_concurrency": app.TRAINING_CONCURRENCY, "queue_max_size": app.QUEUE_MAX_SIZE,
+                         "max_sessions": args.max_sessions or app.STATE_SESSION_CAPACITY}}
     t_start = time.time()
-    with running_server(warm=not args.no_warm) as server:
+    extra = () if args.max_sessions is None else ("--max-sessions", str(args.max_sessions))
+    with running_server(warm=not args.no_warm, extra_args=extra) as server:
         pid = server.proc.pid
         log(f"server {server.url} (pid {pid}) · load average {load0[0]:.1f} on {os.cpu_count()} CPUs")
         if not args.no_warm:
@@ -519,6 +527,14 @@ def run(args, log=print) -> dict:
             log(f"  warm-up finished ({time.time() - t0:.0f} s after the server answered): "
                 f"{next(x for x in server.log if 'warm-up' in x)}")
         result["memory_at_start_mb"] = idle_rss(server.url, pid)
+        # one untimed run first compiles the benchmark's config (the warm-up compiles the app's default one), so
+        # phase (a) measures queueing and streaming, not one compile that every session would wait behind
+        t0 = time.time()
+        first = run_training(server.url, 0, 1.0, args.episodes)
+        result["compile_run"] = {"ok": first["ok"], "error": first["error"], "total_s": time.time() - t0}
+        result["memory_after_compile_run_mb"] = idle_rss(server.url, pid)
+        log(f"  compile run (seed 0, η 1): {result['compile_run']['total_s']:.1f} s, "
+            f"{'ok' if first['ok'] else first['error']}")
         log(f"(a) {args.sessions} concurrent sessions, each training")
         t0 = time.time()
         sessions = concurrent_sessions(server.url, args.sessions, args.episodes)
@@ -539,6 +555,8 @@ def run(args, log=print) -> dict:
     result["sessions"] = latency_summary(sessions)
     result["trainings"] = latency_summary(trainings)
     result["memory"] = dict(memory_verdict(samples, args.sample_every, args.threshold_mb), samples=samples,
+                            rss_at_start_mb=result.pop("memory_at_start_mb"),
+                            rss_after_compile_run_mb=result.pop("memory_after_compile_run_mb"),
                             carry_mb=carry_mb(args.episodes),
                             carry_note="bytes of one run's initial training state at this config (params, "
                                        "optimizer state, knobs): what a leak of one run's state per training adds")
@@ -549,7 +567,7 @@ def run(args, log=print) -> dict:
                                                     "first_data_s", "total_s", "signature", "q_error")}
                              for r in sessions]
     q_ok = result.get("queue", {}).get("ok", True)
-    result["ok"] = (result["sessions"]["errors"] == 0 and result["trainings"]["errors"] == 0
+    result["ok"] = (result["compile_run"]["ok"] and result["sessions"]["errors"] == 0 and result["trainings"]["errors"] == 0
                     and result["own_data"]["ok"] and result["memory"]["ok"] and q_ok
                     and result["server_alive_at_end"] and result["server_tracebacks"] == 0)
     return result
