@@ -117,3 +117,42 @@ def test_readme_table_matches_the_committed_results():
     assert text.count(DL.README_BEGIN) == 1 and text.count(DL.README_END) == 1
     block = text[text.index(DL.README_BEGIN):text.index(DL.README_END) + len(DL.README_END)]
     assert block == DL.readme_block(r), "README.md's table is stale: python benchmarks/demo_load.py --readme"
+
+
+def test_app_keeps_at_most_max_sessions_of_session_state(monkeypatch, free_port):
+    """The bound benchmarks/demo_load.py motivated: Gradio keeps every session's state (10,000 by default);
+    the app drops the least recently used past --max-sessions. Seven sessions through the real server,
+    capacity 3: three states remain, the latest three."""
+    import gradio as gr
+    from gradio_client import Client
+
+    from demos import app
+
+    assert app.parse_args([]).max_sessions == app.STATE_SESSION_CAPACITY
+    monkeypatch.setenv("TPO_DEMO_MAX_SESSIONS", "5")
+    assert app.parse_args([]).max_sessions == 5
+    with pytest.raises(SystemExit) as e:
+        app.parse_args(["--max-sessions", "0"])
+    assert e.value.code == 2
+    seen = {}
+    launch = gr.Blocks.launch
+
+    def launch_in_background(self, **kw):
+        seen.update(kw, demo=self)
+        return launch(self, **{**kw, "prevent_thread_lock": True})
+
+    monkeypatch.setattr(gr.Blocks, "launch", launch_in_background)
+    app.main(["--port", str(free_port), "--no-warm", "--max-sessions", "3"])
+    demo = seen["demo"]
+    try:
+        assert seen["state_session_capacity"] == 3 and seen["server_name"] == "127.0.0.1"
+        hashes = []
+        for i in range(7):
+            client = Client(f"http://127.0.0.1:{free_port}/", verbose=False)
+            out = client.predict(4, 1.0, "custom", "1, 0, 0, 0", "uniform", "", i, api_name="/explore")
+            assert out[2] == ""
+            hashes.append(client.session_hash)
+            client.close()
+        assert list(demo.state_holder.session_data) == hashes[-3:]
+    finally:
+        demo.close()
