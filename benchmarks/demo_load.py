@@ -21,14 +21,15 @@ untimed run first compiles the benchmark's config (the warm-up compiles the app'
     plot's p_old and successes with the session's own η (a closed form, independent of the server's code).
 (b) ``--trainings`` trainings, each from a new session, ``--parallel`` at a time (the app trains two at a
     time), cycling through the (seed, η) of phase (a). The server's resident memory (VmRSS, /proc/PID/status) is
-    read with the server idle before the first, and after every ``--sample-every`` trainings. The first
-    ``--sample-every`` trainings fill what the server legitimately keeps (the compiled chunk programs of the
-    config, their XLA buffers, the cached initial states); the verdict is "no growth beyond the compile cache"
-    when RSS after all trainings minus RSS after the first ``--sample-every`` is below ``--threshold-mb``.
-    The default, 50 MB, sits above the spread of idle readings of an unchanged server (allocator and thread
-    noise, ~15 MB between blocks here) and below what keeping one run's training state per training would add
-    over the trainings after the first block (the initial carry of this config, measured here with the engine
-    and recorded as ``carry_mb``: ≈ 0.9 MB, ×90 ≈ 85 MB); a program recompiled per run would add more.
+    read with the server idle before the first, and after every ``--sample-every`` trainings. By then the compile
+    run and phase (a) have compiled the config's chunk programs and cached the initial states of its (seed, η);
+    what may still grow is bounded: Gradio's record of each session (≈ 0.17 MB each, measured with explorer-only
+    sessions; at most the app's ``--max-sessions``) and the allocator's arenas. The verdict is "no growth beyond
+    the compile cache" when RSS after all trainings minus RSS after the first ``--sample-every`` is below
+    ``--threshold-mb``. The default, 50 MB, is above what 90 new sessions' records add (≈ 15 MB) and below what
+    keeping one run's training state per training would add over those 90 (the initial carry of this config,
+    measured here with the engine and recorded as ``carry_mb``: ≈ 0.9 MB, ×90 ≈ 85 MB); a program recompiled per
+    run would add more.
 (c) the queue bound: ``TRAINING_CONCURRENCY`` long runs occupy the trainers, then ``QUEUE_MAX_SIZE`` more runs
     wait in the queue, then further submissions must each get Gradio's clean "queue full" rejection (HTTP 503,
     ``QueueError`` in the client) while the queue never holds more than ``QUEUE_MAX_SIZE``; every run is then
@@ -474,8 +475,9 @@ def readme_block(result: dict) -> str:
     m = result["machine"]
     head = (f"Demo under load ({result['date']}, `{result['command']}`; {m['cpus']} CPUs shared with other jobs, "
             f"load average {m['loadavg_start'][0]:.1f} at the start, {m['loadavg_end'][0]:.1f} at the end; "
-            f"each run: {result['config']['run']}):")
-    return "\n".join([README_BEGIN, head, "", table(result), README_END])
+            f"each run: {result['config']['run']}; the app trains {result['config']['training_concurrency']} runs "
+            "at a time, so a concurrent session's first update waits for the runs queued ahead of it):")
+    return "\n".join([README_BEGIN, head, "", table(result), "", README_END])
 
 
 def update_readme(result: dict, path: pathlib.Path = README) -> None:
