@@ -321,7 +321,6 @@ def sequential_trainings(url: str, pid: int, n: int, every: int, parallel: int, 
 def queue_check(url: str, concurrency: int, max_size: int, extra: int = 4, log=print) -> dict:
     """Phase (c): fill the trainers and the queue, then the next submissions must be refused cleanly."""
     from gradio_client import Client
-    from gradio_client.exceptions import AppError  # noqa: F401  (a refused submit must not be an AppError)
     from gradio_client.utils import QueueError
 
     out = {"concurrency": concurrency, "max_size": max_size, "extra_submitted": extra}
