@@ -1,12 +1,12 @@
 """TPO, interactively — the Gradio demo.
 
-    python -m demos.app [--host 127.0.0.1] [--port 7860] [--share] [--no-warm]
+    python -m demos.app [--host 127.0.0.1] [--port 7860] [--share] [--no-warm] [--max-sessions 256]
 
 Three tabs: the **target explorer** (one group: p_old → q, the gradient p − q, the KL objective q
 maximises, GRPO's advantages beside it; numpy, a few ms per move), **live training** (TPO against
 GRPO, or any method of :data:`tpo_core.methods.REGISTRY`, streamed chunk by chunk with a Stop button)
 and **paper results** (the reproduced tables beside the paper's). Environment: ``TPO_DEMO_HOST``,
-``TPO_DEMO_PORT``, ``TPO_DEMO_WARM=0`` (skip the startup warm-up). Nothing launches at import;
+``TPO_DEMO_PORT``, ``TPO_DEMO_WARM=0`` (skip the startup warm-up), ``TPO_DEMO_MAX_SESSIONS``. Nothing launches at import;
 :func:`build_app` returns the ``gr.Blocks``.
 """
 from __future__ import annotations
@@ -34,6 +34,12 @@ from .explorer import InputError  # noqa: E402
 EXPLORER_CONCURRENCY = 8
 TRAINING_CONCURRENCY = 2
 QUEUE_MAX_SIZE = 64
+# Gradio keeps a record of every session it has served (its own copy of the app's component configs, the latest
+# value of every output, the gr.State values) until `state_session_capacity` newer sessions have been seen, 10,000
+# by default: a server's memory grew with every new visitor (benchmarks/demo_load.py measures it). The least
+# recently used session beyond this many is dropped; for this app that loses only its episode scrubber's history
+# (hist_state: the scrubber then does nothing until the next Train); Stop is keyed on the session, not on state.
+STATE_SESSION_CAPACITY = 256
 
 EXPLORER_DEFAULTS = dict(K=8, eta=1.0, scores_preset="one success", logp_preset="uniform", seed=0)
 
@@ -426,6 +432,16 @@ def start_warmup() -> threading.Thread:
     return thread
 
 
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m demos.app", description="TPO, interactively (Gradio demo)")
     ap.add_argument("--host", default=os.environ.get("TPO_DEMO_HOST", "127.0.0.1"),
@@ -435,6 +451,10 @@ def parse_args(argv=None):
     ap.add_argument("--share", action="store_true", help="also create a public gradio.live link (off by default)")
     ap.add_argument("--no-warm", action="store_true", default=os.environ.get("TPO_DEMO_WARM") == "0",
                     help="skip compiling the default training config at startup (env TPO_DEMO_WARM=0)")
+    ap.add_argument("--max-sessions", type=_positive_int,
+                    default=int(os.environ.get("TPO_DEMO_MAX_SESSIONS", STATE_SESSION_CAPACITY)),
+                    help="sessions whose state the server keeps, least recently used dropped first (default "
+                         f"{STATE_SESSION_CAPACITY}; env TPO_DEMO_MAX_SESSIONS)")
     return ap.parse_args(argv)
 
 
@@ -454,7 +474,7 @@ def main(argv=None):
     if not args.no_warm:
         start_warmup()
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, ssr_mode=False, show_error=True,
-                allowed_paths=[str(paper.results_dir())])
+                allowed_paths=[str(paper.results_dir())], state_session_capacity=args.max_sessions)
 
 
 if __name__ == "__main__":
