@@ -115,7 +115,10 @@ def on_task_change(task):
 # the status it ended with: the last word is always the run's own, whichever of the two messages the browser
 # receives first. A run still waiting in the queue is not running yet, so Stop does not reach it.
 _RUNNING: dict[str, int] = {}          # session -> id of its running run
-_LATEST: dict[str, int] = {}           # session -> id of its latest run, running or ended
+# session -> id of its latest run, running or ended; the oldest sessions are dropped past _LATEST_KEEP (a dropped
+# session's late Stop follow-up then writes its run's own final status, which is what it would write anyway)
+_LATEST: "collections.OrderedDict[str, int]" = collections.OrderedDict()
+_LATEST_KEEP = 4096
 _STOP_REQUESTS: set[str] = set()
 _FINAL: "collections.OrderedDict[int, str]" = collections.OrderedDict()  # run id -> status of its last update
 _FINAL_KEEP = 256
@@ -162,6 +165,9 @@ def train(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_s
     run_id = next(_RUN_IDS)
     with _STOP_LOCK:
         _RUNNING[session] = _LATEST[session] = run_id
+        _LATEST.move_to_end(session)
+        while len(_LATEST) > _LATEST_KEEP:
+            _LATEST.popitem(last=False)
         _STOP_REQUESTS.discard(session)
     last = None
     try:

@@ -1,5 +1,6 @@
 """The demo's callbacks as plain functions: explorer math against tpo_core, validation messages, and a
 tiny training stream that yields updates and stops."""
+import collections
 import dataclasses
 import math
 
@@ -407,3 +408,21 @@ def test_stop_follow_up_waits_for_the_run_and_yields_to_a_newer_one():
         await asyncio.to_thread(list, newer)
 
     asyncio.run(scenario())
+
+
+def test_the_latest_run_table_keeps_only_the_newest_sessions(monkeypatch):
+    """_LATEST (session -> latest run id) is bounded: past _LATEST_KEEP sessions the oldest is dropped, and a
+    session that trains again becomes the newest."""
+    monkeypatch.setattr(app, "_LATEST", collections.OrderedDict())
+    monkeypatch.setattr(app, "_LATEST_KEEP", 2)
+
+    def run(name):
+        class Request:
+            session_hash = name
+        for _ in app.train(*_train_args(episodes=1), request=Request()):
+            pass
+
+    for name in ("s1", "s2", "s1", "s3"):
+        run(name)
+    assert list(app._LATEST) == ["s1", "s3"]          # s2 was the oldest when s3 came
+    assert app._LATEST["s1"] < app._LATEST["s3"]      # run ids grow
