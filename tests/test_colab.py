@@ -336,13 +336,9 @@ def test_every_notebook_installs_and_imports_in_a_simulated_colab(setup_report, 
     assert installs and all("colab-sim: jax " + COLAB_JAX + " kept" in c["stdout"] for c in installs)
 
 
-# Notebooks that fail end to end in the simulated Colab, found by `make test-colab` (2026-12-06) and owned by the
-# chapters' authors; strict: a fixed one fails here (XPASS) until it is removed from this list.
-KNOWN_COLAB_FAILURES = {
-    "07_why_it_works": "the cell asserting 'TPO's step shrank less than its gradient' fails under jax 0.9.2: "
-                       "‖∇L‖ fell 5.1x and ‖Δθ‖ 1.54x, the assertion wants a ratio of 10 (it holds in the book build, "
-                       "jax 0.10.2): a claim that depends on the jax version",
-}
+# Notebooks known to fail end to end in the simulated Colab (none now: every notebook runs); strict, so a fixed one
+# fails here (XPASS) until it is removed from this list.
+KNOWN_COLAB_FAILURES: dict[str, str] = {}
 
 
 @pytest.mark.slow
