@@ -11,9 +11,9 @@ from tpo_core import methods as M  # noqa: F401
 from tpo_core import plotting, runtime  # noqa: F401
 from tpo_core.config import BanditConfig, TokenConfig  # noqa: F401
 from tpo_core.live import (  # noqa: F401
-    BANDIT_CHUNK, BANDIT_EVAL_EVERY, CHUNK, H_MAX, H_MIN, INIT_CACHE_SIZE, KEEP, MAX_B, MAX_BANDIT_STEPS,
+    BANDIT_CHUNK, BANDIT_EVAL_EVERY, CHUNK, H_MAX, H_MIN, KEEP, MAX_B, MAX_BANDIT_STEPS,
     MAX_EPISODES, MAX_METHODS, MAX_SEEDS, MAX_TRAIN_K, REWARDS, TASKS, Request, _compiled, _curves, _empty,
-    _guard, _init_cache, _locks, _pq_subtitle, _x, error_figure, figures, grad_figure, initial_carry, is_warm,
+    _guard, _locks, _pq_subtitle, _x, error_figure, figures, grad_figure, is_warm,
     mnist_dataset, pq_figure, program_for, run_chunk, schedule, status_markdown, stream, validate, warm,
     zero_var_figure)
 

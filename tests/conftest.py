@@ -166,11 +166,3 @@ def screenshots_dir():
     d = ROOT / "_build" / "screenshots"
     d.mkdir(parents=True, exist_ok=True)
     return d
-
-
-@pytest.fixture(scope="session")
-def artifacts_dir():
-    """Where browser tests save screenshots (ignored by git)."""
-    d = ROOT / "artifacts"
-    d.mkdir(exist_ok=True)
-    return d

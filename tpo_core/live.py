@@ -152,26 +152,6 @@ def program_for(cfg):
     return make_bandit_program(cfg, mnist_dataset())
 
 
-_init_cache: "collections.OrderedDict" = collections.OrderedDict()
-INIT_CACHE_SIZE = 32
-
-
-def initial_carry(program, cfg, seeds: tuple):
-    """``program.init(seeds)``, cached: init re-traces on every call (≈ 0.6 s here), while the initial
-    state is an immutable pytree of JAX arrays that chunks never donate, so it can be reused."""
-    key = (cfg, tuple(seeds))
-    with _guard:
-        if key in _init_cache:
-            _init_cache.move_to_end(key)
-            return _init_cache[key]
-    carry = program.init(list(seeds))
-    with _guard:
-        _init_cache[key] = carry
-        while len(_init_cache) > INIT_CACHE_SIZE:
-            _init_cache.popitem(last=False)
-    return carry
-
-
 def is_warm(cfg, n_seeds: int, n: int) -> bool:
     """Whether a chunk of ``n`` episodes for ``n_seeds`` seeds is compiled: programs are keyed on the static
     part of the config only (η, lr, β, ... are traced), so a new η at a compiled shape is warm."""
@@ -211,7 +191,7 @@ def warm(req: Request) -> float:
     chunk = CHUNK if req.task == "token reversal" else BANDIT_CHUNK
     for _, cfg in req.configs:
         program = program_for(cfg)
-        carry = initial_carry(program, cfg, req.seeds)
+        carry = program.init(list(req.seeds))
         for n in sorted({1, min(chunk, req.total)}):
             if not is_warm(cfg, len(req.seeds), n):
                 run_chunk(program, cfg, carry, 0, n, len(req.seeds))
@@ -239,7 +219,7 @@ def stream(req: Request, chunk: int | None = None) -> Iterator[dict]:
             "unit": req.unit, "seeds": req.seeds, "metrics": {m: {} for m, _ in req.configs},
             "epochs": {m: getattr(cfg, "n_epochs", 1) for m, cfg in req.configs}}
     yield hist
-    carries = {m: initial_carry(programs[m], cfg, req.seeds) for m, cfg in req.configs}
+    carries = {m: programs[m].init(list(req.seeds)) for m, _ in req.configs}  # init is jitted once per program
     done = 0
     for n in plan:
         for m, cfg in req.configs:

@@ -259,25 +259,6 @@ def _log_floor(series) -> float:
     return float(max(lo, pos.max() * 1e-12))
 
 
-def group_bars(p_old, u, q, p=None, *, title: str = ""):
-    """Bars of p_old, u, q (and p, and the gradient p - q) for one group of K candidates."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    k = len(q)
-    names = [f"y{i + 1}" for i in range(k)]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("distributions over the group", "scores u and gradient"))
-    fig.add_trace(go.Bar(x=names, y=p_old, name="p_old", marker_color=color("p_old")), 1, 1)
-    if p is not None:
-        fig.add_trace(go.Bar(x=names, y=p, name="p", marker_color=color("p")), 1, 1)
-    fig.add_trace(go.Bar(x=names, y=q, name="q", marker_color=color("q")), 1, 1)
-    fig.add_trace(go.Bar(x=names, y=u, name="u", marker_color=color("u")), 1, 2)
-    cur = p_old if p is None else p
-    fig.add_trace(go.Bar(x=names, y=np.asarray(cur) - np.asarray(q), name="p − q", marker_color=color("grad")), 1, 2)
-    fig.update_layout(title=title, barmode="group", height=360, margin=dict(l=40, r=20, t=60, b=40))
-    return fig
-
-
 def preset_figure_html(summary: dict, runs, curves: dict) -> str:
     """A reproduction preset's curves (seed mean ± 1 SE of each run's primary curve) as one self-contained
     HTML page. ``runs`` have ``key``, ``method``, ``kind``, ``primary`` and ``cfg``; ``curves[run.key]`` maps

@@ -84,13 +84,6 @@ def _as_tensor(x, like: torch.Tensor | None = None) -> torch.Tensor:
     return torch.as_tensor(x, dtype=dtype, device=device)
 
 
-def _float_dtype(*xs: torch.Tensor) -> torch.dtype:
-    for x in xs:
-        if x is not None and x.is_floating_point():
-            return x.dtype
-    return torch.get_default_dtype()
-
-
 def _valid_mask(valid, like: torch.Tensor) -> torch.Tensor:
     if valid is None:
         return torch.ones(like.shape, dtype=torch.bool, device=like.device)

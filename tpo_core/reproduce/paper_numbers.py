@@ -77,7 +77,6 @@ TABLE3 = {
     ("dg", 7, "P"): 33.8, ("dg", 8, "P"): 58.8, ("dg", 9, "P"): NEVER, ("dg", 10, "P"): NEVER,
     ("dg", 7, "I"): 47.7, ("dg", 8, "I"): 69.4, ("dg", 9, "I"): NEVER, ("dg", 10, "I"): NEVER,
 }
-TABLE3_SEEDS = 20
 # The reference repository's own per-seed curves for Table 3 (P, H=10), 20 seeds: seed means at the last
 # episode (its assets/token_reversal_sparse_reward_results.npz).
 REFERENCE_FINAL = {"tpo": 7.36, "grpo": 50.37, "dg": 99.75}
