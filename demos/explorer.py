@@ -16,11 +16,10 @@ import re
 import numpy as np
 
 from tpo_core import explorer as core
-from tpo_core.explorer import InputError, check_int  # noqa: F401 (re-exported: the demo's input errors)
+from tpo_core.explorer import MAX_ETA, InputError, check_eta, check_int  # noqa: F401 (re-exported: the demo's input checks)
 from tpo_core import plotting
 
 MAX_K = 64            # largest group the explorer accepts
-MAX_ETA = 100.0
 STD_FLOOR = 1e-6      # the paper's σ threshold
 GRPO_EPS = 1e-8
 N_ALTERNATIVES = 400  # perturbed distributions q is compared against
@@ -36,16 +35,6 @@ def check_k(K, max_k: int = MAX_K) -> int:
     return check_int("K", K, 2, max_k)
 
 
-def check_eta(eta, max_eta: float = MAX_ETA) -> float:
-    try:
-        e = float(eta)
-    except (TypeError, ValueError):
-        raise InputError(f"η must be a number > 0, got {eta!r}") from None
-    if not math.isfinite(e) or e <= 0:
-        raise InputError(f"η must be > 0, got {eta!r}")
-    if e > max_eta:
-        raise InputError(f"η must be at most {max_eta:g}, got {e:g}")
-    return e
 
 
 def parse_numbers(text, name: str, K: int) -> np.ndarray:

@@ -41,6 +41,22 @@ def check_int(name: str, value, lo: int, hi: int) -> int:
     return int(v)
 
 
+MAX_ETA = 100.0   # the upper bound on η of the demo and the widget: there exp(u/η) is within a few % of 1 for z-scored u, q ≈ p_old
+
+
+def check_eta(eta, max_eta: float = MAX_ETA) -> float:
+    """η as a float in (0, max_eta]; InputError naming it."""
+    try:
+        e = float(eta)
+    except (TypeError, ValueError):
+        raise InputError(f"η must be a number > 0, got {eta!r}") from None
+    if not math.isfinite(e) or e <= 0:
+        raise InputError(f"η must be > 0, got {eta!r}")
+    if e > max_eta:
+        raise InputError(f"η must be at most {max_eta:g}, got {e:g}")
+    return e
+
+
 def preset_scores(preset: str, K: int) -> np.ndarray:
     """Raw scores of a named situation (candidate 1 is always among the best)."""
     K = _check_k(K)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import math
 import threading
 import time
 from typing import Iterator
@@ -25,7 +24,7 @@ import numpy as np
 from . import methods as M
 from . import plotting, runtime
 from .config import BanditConfig, TokenConfig
-from .explorer import InputError, check_int
+from .explorer import InputError, check_eta, check_int
 
 TASKS = ("token reversal", "MNIST bandit")
 REWARDS = ("terminal", "sequential", "bag")
@@ -70,14 +69,7 @@ def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episode
     if len(methods) > MAX_METHODS:
         raise InputError(f"methods: pick at most {MAX_METHODS} at once (each one trains its own model), "
                          f"got {len(methods)}")
-    try:
-        eta_f = float(eta)
-    except (TypeError, ValueError):
-        raise InputError(f"η must be a number > 0, got {eta!r}") from None
-    if not math.isfinite(eta_f) or eta_f <= 0:
-        raise InputError(f"η must be > 0, got {eta!r}")
-    if eta_f > 100:
-        raise InputError(f"η must be at most 100, got {eta_f:g}")
+    eta_f = check_eta(eta)
     n_seeds = check_int("seeds", n_seeds, 1, MAX_SEEDS)
     seed = check_int("seed", seed, 0, 2**31 - 1)
     seeds = tuple(range(seed, seed + n_seeds))
