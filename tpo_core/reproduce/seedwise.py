@@ -246,7 +246,7 @@ def rule(n_a: int, n_b: int, p_late: Optional[float], p_final: Optional[float], 
          same: str = CONSISTENT) -> tuple:
     """(verdict, reason) by the rule of the module docstring, from the seed counts and the late-phase and
     final-error Mann–Whitney p-values and the never-solved Fisher p-value. ``same`` is the word for "no
-    difference": :data:`CONSISTENT` (ours against the reference) or :data:`NO_DIFFERENCE` (two methods)."""
+    difference": ``CONSISTENT`` (ours against the reference) or ``NO_DIFFERENCE`` (two methods)."""
     if same not in (CONSISTENT, NO_DIFFERENCE):
         raise ValueError(f"same must be {CONSISTENT!r} or {NO_DIFFERENCE!r}, got {same!r}")
     if min(n_a, n_b) < MIN_SEEDS:
