@@ -254,6 +254,9 @@ def _space_venv(folder: pathlib.Path, gradio: str) -> pathlib.Path:
 
 def _fill_venv(venv: pathlib.Path, folder: pathlib.Path, gradio: str, reqs: list) -> pathlib.Path:
     python = venv / "bin" / "python"
+    # pip must not see this checkout: with its PYTHONPATH, the repository's tpo_core counts as "already
+    # installed" and a fresh venv ends up without one
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     if not (venv / ".complete").is_file():
         if not _pypi_reachable():
             _unavailable(f"PyPI ({INDEX}) is unreachable: cannot install the Space's requirements into a fresh venv")
@@ -261,15 +264,16 @@ def _fill_venv(venv: pathlib.Path, folder: pathlib.Path, gradio: str, reqs: list
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
         t0 = time.time()
         r = subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(folder / "requirements.txt"),
-                            gradio], capture_output=True, text=True, timeout=1200)
+                            gradio], capture_output=True, text=True, timeout=1200, env=env)
         assert r.returncode == 0, r.stderr[-4000:]
-        check = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True, timeout=300)
+        check = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True, timeout=300,
+                               env=env)
         assert check.returncode == 0, check.stdout
         (venv / ".complete").write_text(f"installed in {time.time() - t0:.0f} s\n")
     else:  # the same third-party set: only this run's tpo_core changes
         line = next(ln for ln in reqs if _name(ln) == "tpo-core")
         r = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", line],
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=300, env=env)
         assert r.returncode == 0, r.stderr[-4000:]
     return python
 
@@ -309,6 +313,7 @@ def test_space_runs_as_spaces_runs_it(tmp_path, browser, screenshots_dir):
     probe = subprocess.run([str(python), "-c", "import importlib.util as u, tpo_core; "
                             "print(tpo_core.__file__); print(u.find_spec('torch') is None)"],
                            cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr[-2000:]
     where, no_torch = probe.stdout.split()
     assert pathlib.Path(where).is_relative_to(python.parent.parent), where  # the venv's tpo_core, not this clone's
     assert no_torch == "True"
