@@ -153,6 +153,16 @@ def browser(chromium_path):
         b.close()
 
 
+def open_page(browser, width: int, height: int):
+    """(context, page, errors): a new browser context and page of that viewport, with every uncaught JavaScript
+    error of the page collected in ``errors``."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    errors: list = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    return context, page, errors
+
+
 @pytest.fixture
 def free_port():
     with socket.socket() as s:

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from demos import server_process
+from tests.conftest import open_page
 from space import assemble
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -341,10 +342,7 @@ def test_space_runs_as_spaces_runs_it(tmp_path, browser, screenshots_dir):
 
         out = screenshots_dir / "space"
         out.mkdir(exist_ok=True)
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        page = context.new_page()
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
+        context, page, errors = open_page(browser, 1400, 1000)
         try:
             t2 = time.time()
             page.goto(url)

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, open_page
 
 pytestmark = pytest.mark.browser
 
@@ -86,10 +86,7 @@ def test_widget_trains_and_stops_in_jupyter(jupyter, browser, screenshots_dir):
     url, token, _ = jupyter
     out = screenshots_dir / "widget"
     out.mkdir(exist_ok=True)
-    context = browser.new_context(viewport={"width": 1300, "height": 1300})
-    page = context.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    context, page, errors = open_page(browser, 1300, 1300)
     try:
         page.goto(f"{url}/notebooks/widget.ipynb?token={token}")
         page.wait_for_selector(".jp-Notebook .jp-CodeCell .cm-content", timeout=60_000)
