@@ -85,17 +85,17 @@ def test_duration_text_and_the_t4_estimate_state_their_basis():
     assert f"{notebook.T4_SPEEDUP_ASSUMED:g}×" in text
 
 
-def test_budget_lines_scale_the_measured_time_by_the_work_ratio(monkeypatch):
+def test_live_budgets_pick_by_mode_and_scale_by_the_work_ratio(monkeypatch):
     from tpo_core import notebook
 
-    quick, full = dict(H=6, B=64, episodes=100, seeds=2), dict(H=10, B=100, episodes=1000, seeds=20)
-    work = lambda b: b["H"] * b["B"] * b["episodes"] * b["seeds"]  # noqa: E731
     monkeypatch.delenv("TPO_QUICK", raising=False)                 # quick: the default
-    lines = notebook.budget_lines(quick, full, 12.0, work)         # 12 s x (10*100*1000*20)/(6*64*100*2) = 52 min
-    assert lines[0].endswith("<- this page") and "<-" not in lines[1]
-    assert "260x that work" in lines[2] and "52 min on a 2-core CPU" in lines[2]
-    monkeypatch.setenv("TPO_QUICK", "0")                           # full: the measured time is the full one
-    lines = notebook.budget_lines(quick, full, 3120.0, work)
-    assert lines[1].endswith("<- this page") and "ran in 12 s" in lines[2] and "52 min on a 2-core CPU" in lines[2]
-    with pytest.raises(ValueError, match="measured_s"):
-        notebook.budget_lines(quick, full, -1.0, work)
+    assert notebook.live_budget("05") == dict(H=6, B=64, episodes=100, seeds=2)
+    monkeypatch.setenv("TPO_QUICK", "0")
+    assert notebook.live_budget("05") == dict(H=10, B=100, episodes=1000, seeds=20)
+    assert notebook.budget_work("05", "full") / notebook.budget_work("05", "quick") == pytest.approx(
+        (10 * 100 * 1000 * 20) / (6 * 64 * 100 * 2))
+    assert notebook.budget_work("04", "quick") == 3000 * 2
+    with pytest.raises(ValueError, match="chapter"):
+        notebook.live_budget("99")
+    with pytest.raises(ValueError, match="which"):
+        notebook.budget_work("06", "medium")

@@ -1,7 +1,7 @@
 """Helpers for the book's notebooks (also used in Colab, where only the installed package exists).
 
 ``QUICK`` budgets: the quick (CPU-sized) budget is the default on every backend, Colab's GPUs included;
-``TPO_QUICK=0`` selects the full chapter budget (each chapter states its expected time).
+``TPO_QUICK=0`` selects the full chapter budget (the reproduction appendix states each one and its expected time).
 """
 from __future__ import annotations
 
@@ -85,7 +85,6 @@ def stopwatch(label: str):
     print(f"{label}: {time.perf_counter() - t0:.1f} s")
 
 
-TIMINGS: list[dict] = []  # every timed_run of this kernel: compile_s, run_s, runs, n, unit (budget cells read it)
 
 
 def timed_run(program, seeds, n, points=None):
@@ -106,7 +105,6 @@ def timed_run(program, seeds, n, points=None):
     t2 = time.perf_counter()
     runs = len(seeds) * (len(points) if points else 1)
     print(f"compile {t1 - t0:.1f} s, run {t2 - t1:.1f} s ({runs} runs x {n} {program.unit})")
-    TIMINGS.append(dict(compile_s=t1 - t0, run_s=t2 - t1, runs=runs, n=n, unit=program.unit))
     metrics = jax.tree.map(np.asarray, metrics)
     if points:
         metrics = {k: v.reshape((len(points), len(seeds)) + v.shape[1:]) for k, v in metrics.items()}
@@ -138,19 +136,3 @@ def t4_estimate(cpu_seconds: float) -> str:
     return (f"≈ {duration_text(t4)} on a Colab T4 (an estimate: ≈ {duration_text(cpu_seconds)} on a 2-core CPU, "
             f"divided by an assumed {T4_SPEEDUP_ASSUMED:g}× speed-up; not measured on a T4)")
 
-
-def budget_lines(quick: dict, full: dict, measured_s: float, work) -> list[str]:
-    """The lines of a chapter's budget cell: both budgets (the one this page runs marked), and the full
-    budget's expected time, scaled from ``measured_s`` (run time of this page's quick budget, compile
-    excluded) by ``work(full) / work(quick)`` (e.g. prompts × answer length × episodes × seeds), as a CPU
-    time and a Colab T4 estimate (:func:`t4_estimate`)."""
-    if measured_s < 0:
-        raise ValueError(f"measured_s must be >= 0, got {measured_s}")
-    ratio = work(full) / work(quick)
-    here = "quick" if quick_mode() else "full"
-    lines = [f"{name:5s}: " + ", ".join(f"{k}={v}" for k, v in b.items()) + ("   <- this page" if name == here else "")
-             for name, b in (("quick", quick), ("full", full))]
-    basis = measured_s if here == "quick" else measured_s / ratio
-    lines.append(f"this page's quick budget ran in {duration_text(basis)} (compile excluded); the full budget is "
-                 f"{ratio:,.0f}x that work: " + t4_estimate(basis * ratio))
-    return lines
