@@ -35,7 +35,7 @@ untimed run first compiles the benchmark's config (the warm-up compiles the app'
     ``QueueError`` in the client) while the queue never holds more than ``QUEUE_MAX_SIZE``; every run is then
     cancelled, and the server must come back to an empty queue and train a fresh run without error.
 
-Prints a table and writes ``--out`` atomically (``tpo_core.atomic_io``). The machine is shared by other jobs:
+Prints a table and writes ``--out`` atomically (``tpo_core.lab.atomic_io``). The machine is shared by other jobs:
 the load average at start and end is recorded with the figures.
 """
 from __future__ import annotations
@@ -480,7 +480,7 @@ def readme_block(result: dict) -> str:
 
 
 def update_readme(result: dict, path: pathlib.Path = README) -> None:
-    from tpo_core.atomic_io import write_text
+    from tpo_core.lab.atomic_io import write_text
 
     text = path.read_text()
     block = readme_block(result)
@@ -580,7 +580,7 @@ def main(argv=None):
     except UsageError as e:
         print(f"demo_load: error: {e}", file=sys.stderr)
         return 2
-    from tpo_core.atomic_io import write_json
+    from tpo_core.lab.atomic_io import write_json
 
     if args.readme:
         if not args.out.is_file():

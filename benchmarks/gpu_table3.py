@@ -14,8 +14,10 @@ import time
 
 import jax
 
-from tpo_core import atomic_io, plotting, runtime
-from tpo_core.reproduce import get, runner
+from tpo_core import runtime
+from tpo_core.lab import atomic_io
+from tpo_core.lab.reproduce import get, runner
+from tpo_core.lab.reproduce.figure import preset_figure_html
 
 
 def order(runs):
@@ -55,7 +57,7 @@ def main():
     summary = runner.summarize(preset, "paper", note + f"; {len(done)} of {len(runs)} configurations (time budget)",
                                done, curves, infos, command="python benchmarks/gpu_table3.py")
     atomic_io.write_json(out / "summary.json", summary)
-    atomic_io.write_text(out / "figure.html", plotting.preset_figure_html(summary, done, curves))
+    atomic_io.write_text(out / "figure.html", preset_figure_html(summary, done, curves))
     device = dict(devices=[str(d) for d in jax.devices()], kind=jax.devices()[0].device_kind,
                   wall_seconds=time.perf_counter() - t0, configurations=len(done),
                   seed_episodes_per_second=rates)

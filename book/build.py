@@ -6,7 +6,7 @@
     python -m book.build --jobs 1        # Jupyter Book's own serial build (one page after another)
 
 Steps:
-1. ``TPO_BOOK_BUILD=1`` (``tpo_core.plotting.setup()`` then emits figures as ``text/html`` without
+1. ``TPO_BOOK_BUILD=1`` (``tpo_core.lab.figures.setup()`` then emits figures as ``text/html`` without
    plotly.js) and ``TPO_QUICK`` defaults to 1;
 2. offline assets: ``plotly.min.js`` from the installed plotly package into ``book/_plotly/`` and
    MathJax 3 (``tex-svg.js``, one self-contained file) from the pip package ``django-static-mathjax``

@@ -263,7 +263,7 @@ def paper_view():
               "--out results/<preset>`, see `results/README.md`) to fill `results/`; until then only the "
               "**paper's** numbers are shown below.\n\n" + paper.PAPER_TABLES)
     else:
-        md = ("## Reproduced here (from `results/`, computed by `tpo_core.report`)\n\n" + body + "\n\n---\n\n"
+        md = ("## Reproduced here (from `results/`, computed by `tpo_core.lab.report`)\n\n" + body + "\n\n---\n\n"
               + paper.PAPER_TABLES)
     figs = [(f.parent.name, str(f)) for f in paper.figure_files()]
     return md, figs, paper.figure_iframe(figs[0][1]) if figs else ""
@@ -290,9 +290,9 @@ does not mean a small *step*: the training tab plots both. Move η and K in the 
 
 def build_app() -> gr.Blocks:
     """The whole demo as a ``gr.Blocks`` with its queue configured (not launched)."""
-    from tpo_core import plotting
+    from tpo_core.lab import figures
 
-    plotting.setup()  # the shared plotly template (plotly_white), as in the book
+    figures.setup()  # the shared plotly template (plotly_white), as in the book
     s0, l0, a0 = explore_values(**{**EXPLORER_DEFAULTS, "scores_text": "", "logp_text": ""})
     default_task = T.DEFAULTS["task"]
     token0 = default_task == "token reversal"

@@ -15,9 +15,9 @@ import re
 
 import numpy as np
 
-from tpo_core import explorer as core
-from tpo_core.explorer import MAX_ETA, InputError, check_eta, check_int  # noqa: F401 (re-exported: the demo's input checks)
-from tpo_core import plotting
+from tpo_core.lab import explorer as core
+from tpo_core.lab import figures
+from tpo_core.lab.explorer import MAX_ETA, InputError, check_eta, check_int  # noqa: F401 (re-exported: the demo's input checks)
 
 MAX_K = 64            # largest group the explorer accepts
 STD_FLOOR = 1e-6      # the paper's σ threshold
@@ -29,7 +29,7 @@ LOGP_PRESETS = core.LOGP_PRESETS + ("custom",)
 
 
 # --------------------------------------------------------------------------------------------
-# validation and parsing (InputError and check_int live in tpo_core.explorer, shared with tpo_core.live)
+# validation and parsing (InputError and check_int live in tpo_core.lab.explorer, shared with tpo_core.lab.live)
 # --------------------------------------------------------------------------------------------
 def check_k(K, max_k: int = MAX_K) -> int:
     return check_int("K", K, 2, max_k)
@@ -61,7 +61,7 @@ def format_numbers(x) -> str:
 
 
 def preset_scores(preset: str, K: int) -> np.ndarray:
-    """Raw scores of a named situation (candidate 1 is the best one): :func:`tpo_core.explorer.preset_scores`,
+    """Raw scores of a named situation (candidate 1 is the best one): :func:`tpo_core.lab.explorer.preset_scores`,
     the same presets as the book's static explorer (ch. 2)."""
     try:
         return core.preset_scores(preset, K)
@@ -70,7 +70,7 @@ def preset_scores(preset: str, K: int) -> np.ndarray:
 
 
 def preset_logp(preset: str, K: int, seed=0) -> np.ndarray:
-    """Behaviour log-probabilities of the K completions: :func:`tpo_core.explorer.preset_logp`."""
+    """Behaviour log-probabilities of the K completions: :func:`tpo_core.lab.explorer.preset_logp`."""
     try:
         return core.preset_logp(preset, K, seed)
     except ValueError as e:
@@ -181,8 +181,8 @@ def _names(K):
 
 
 def bars_figure(a: dict):
-    """p_old and q over the group; u and the first-epoch gradient p − q (colours of ``plotting.COLORS``)."""
-    c, x = plotting.color, _names(a["K"])
+    """p_old and q over the group; u and the first-epoch gradient p − q (colours of ``figures.COLORS``)."""
+    c, x = figures.color, _names(a["K"])
     return panels_figure([
         ("distributions over the group", [("p_old", x, a["p_old"], c("p_old")), ("q", x, a["q"], c("q"))]),
         ("standardised scores u and the gradient p − q (at p = p_old)",
@@ -192,7 +192,7 @@ def bars_figure(a: dict):
 
 def contrast_figure(a: dict):
     """What each method pushes on every log-prob at the first epoch: TPO q − p_old, GRPO A_i."""
-    c, x = plotting.color, _names(a["K"])
+    c, x = figures.color, _names(a["K"])
     fig = panels_figure([
         ("TPO: q − p_old (bounded, 0 at p = q)", [("TPO  q − p_old", x, a["q"] - a["p_old"], c("tpo"))]),
         ("GRPO: advantage A_i (no p_old, no η)", [("GRPO  A", x, a["adv"], c("grpo"))]),

@@ -1,4 +1,4 @@
-"""The "Paper results" tab: our reproduced numbers (``results/``, via :mod:`tpo_core.report`) beside the
+"""The "Paper results" tab: our reproduced numbers (``results/``, via :mod:`tpo_core.lab.report`) beside the
 paper's published ones. Without reproduced results it says so and shows only the paper's tables,
 labelled as the paper's."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-from tpo_core import report
+from tpo_core.lab import report
 
 PAPER_TABLES = report.paper_tables_markdown()
 

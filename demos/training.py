@@ -1,23 +1,23 @@
 """Live training for the demo: validated configs, chunk-by-chunk streaming of several methods, figures.
 
 The engine (``Request``, ``validate``, ``stream``, the program cache, ``run_chunk``, ``schedule``, ``warm`` and
-the figure builders) is :mod:`tpo_core.live`, shared with the notebook widget (:mod:`tpo_core.widget`); this
+the figure builders) is :mod:`tpo_core.lab.live`, shared with the notebook widget (:mod:`tpo_core.lab.widget`); this
 module re-exports it under the names the demo has always used, and keeps what only the demo needs: its default
 run and the explanation shown beside its plots.
 """
 from __future__ import annotations
 
 from tpo_core import methods as M  # noqa: F401
-from tpo_core import plotting, runtime  # noqa: F401
+from tpo_core import runtime  # noqa: F401
 from tpo_core.config import BanditConfig, TokenConfig  # noqa: F401
-from tpo_core.live import (  # noqa: F401
+from tpo_core.lab.live import (  # noqa: F401
     BANDIT_CHUNK, BANDIT_EVAL_EVERY, CHUNK, H_MAX, H_MIN, KEEP, MAX_B, MAX_BANDIT_STEPS,
     MAX_EPISODES, MAX_METHODS, MAX_SEEDS, MAX_TRAIN_K, REWARDS, TASKS, Request, _compiled, _curves, _empty,
     _guard, _locks, _pq_subtitle, _x, error_figure, figures, grad_figure, is_warm,
     mnist_dataset, pq_figure, program_for, run_chunk, schedule, status_markdown, stream, validate, warm,
     zero_var_figure)
 
-from .explorer import InputError, check_int  # noqa: F401  (the same classes as tpo_core.explorer's)
+from .explorer import InputError, check_int  # noqa: F401  (the same classes as tpo_core.lab.explorer's)
 
 # The default run is the MNIST bandit, where both methods learn within a minute on a CPU and the gradient plot
 # shows the paper's observation (TPO's ‖∇L‖ falls as its policy reaches the targets, GRPO's stays high); the

@@ -1,4 +1,4 @@
-"""tpo_core.anchor.gradient_split: the split of TPO's batch gradient by kind of group, checked against the engine's
+"""tpo_core.lab.anchor.gradient_split: the split of TPO's batch gradient by kind of group, checked against the engine's
 loss on sub-batches, and its run against the engine's run."""
 import jax
 import jax.numpy as jnp
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tpo_core
-from tpo_core import anchor
+from tpo_core.lab import anchor
 from tpo_core.train import make_token_program
 
 CFG = tpo_core.TokenConfig(method="tpo", target="reverse_copy", reward="terminal", H=3, V=2, B=12, K=4,

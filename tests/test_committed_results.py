@@ -1,12 +1,12 @@
-"""tpo_core.reproduce.committed: reading committed reproduction runs back (the book's experiment chapters)."""
+"""tpo_core.lab.reproduce.committed: reading committed reproduction runs back (the book's experiment chapters)."""
 import json
 import pathlib
 
 import numpy as np
 import pytest
 
-from tpo_core import atomic_io
-from tpo_core.reproduce import committed
+from tpo_core.lab import atomic_io
+from tpo_core.lab.reproduce import committed
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -75,7 +75,7 @@ def test_the_committed_mnist_runs_match_their_summary():
 
 
 def test_duration_text_and_the_t4_estimate_state_their_basis():
-    from tpo_core import notebook
+    from tpo_core.lab import notebook
     assert [notebook.duration_text(s) for s in (0, 89, 90, 5399, 5400, 36_000)] == \
         ["0 s", "89 s", "2 min", "90 min", "1.5 h", "10.0 h"]
     with pytest.raises(ValueError, match="seconds"):
@@ -86,7 +86,7 @@ def test_duration_text_and_the_t4_estimate_state_their_basis():
 
 
 def test_live_budgets_pick_by_mode_and_scale_by_the_work_ratio(monkeypatch):
-    from tpo_core import notebook
+    from tpo_core.lab import notebook
 
     monkeypatch.delenv("TPO_QUICK", raising=False)                 # quick: the default
     assert notebook.live_budget("05") == dict(H=6, B=64, episodes=100, seeds=2)

@@ -215,16 +215,16 @@ def test_paper_tab_without_results_shows_the_papers_numbers_labelled(tmp_path, m
 
 def test_log_axis_keeps_exact_zero_gradients_visible():
     """TPO's all-fail first-epoch gradient is exactly 0; a log axis would drop it, so it is drawn at a floor."""
-    from tpo_core import plotting
+    from tpo_core.lab import figures
 
     runs = {"tpo": np.array([[1.0, 1e-3, 0.0, 0.0]]), "grpo": np.array([[1.0, 0.9, 1.1, 1.0]])}
-    fig = plotting.curves_figure(runs, log_y=True, percent=False)
+    fig = figures.curves_figure(runs, log_y=True, percent=False)
     tpo_line = next(t for t in fig.data if t.name == "tpo")
     assert np.all(np.asarray(tpo_line.y) > 0)                      # nothing vanishes from the log plot
     assert np.asarray(tpo_line.y)[2] < 1e-3                         # ... and zero is drawn below every real value
     assert list(tpo_line.customdata) == [1.0, 1e-3, 0.0, 0.0]       # the hover shows the true values
     assert "exact 0" in fig.layout.annotations[0].text
-    linear = plotting.curves_figure(runs, log_y=False, percent=False)
+    linear = figures.curves_figure(runs, log_y=False, percent=False)
     assert list(next(t for t in linear.data if t.name == "tpo").y) == [1.0, 1e-3, 0.0, 0.0]
 
 

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tpo_core import exercises as X
+from tpo_core.lab import exercises as X
 
 
 # --------------------------------------------------------------------------------------------

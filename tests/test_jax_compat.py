@@ -79,7 +79,7 @@ TINY_RUNS = """
 import numpy as np, jax, flax, optax
 from tpo_core import runtime
 from tpo_core.config import BanditConfig, TokenConfig
-from tpo_core.mnist import Dataset
+from tpo_core.lab.mnist import Dataset
 from tpo_core.train import train_bandit, train_tokens
 print("jax", jax.__version__, "flax", flax.__version__, "optax", optax.__version__)
 print("chunk options", runtime.chunk_compiler_options(), "init options", runtime.init_compiler_options())

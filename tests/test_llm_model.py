@@ -1,4 +1,4 @@
-"""tpo_core.llm.model: source order, SHA-256 check, the fp32 cache reused, the one-line message, clear errors.
+"""tpo_core.lab.llm.model: source order, SHA-256 check, the fp32 cache reused, the one-line message, clear errors.
 
 The GGUF here is a small file the test writes; only the dequantisation (transformers' ``from_pretrained(...,
 gguf_file=...)``, seconds to a minute for the real file) is replaced, by one that saves a tiny Llama. Checksum,
@@ -9,11 +9,11 @@ import importlib.util
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="tpo_core.llm needs PyTorch: pip install 'tpo_core[llm]'")
-pytest.importorskip("transformers", reason="tpo_core.llm needs transformers: pip install 'tpo_core[llm]'")
+torch = pytest.importorskip("torch", reason="tpo_core.lab.llm needs PyTorch: pip install 'tpo_core[llm]'")
+pytest.importorskip("transformers", reason="tpo_core.lab.llm needs transformers: pip install 'tpo_core[llm]'")
 
-from tpo_core.llm import model as M  # noqa: E402
-from tpo_core.llm.rlvr import tiny_model_and_tokenizer  # noqa: E402
+from tpo_core.lab.llm import model as M  # noqa: E402
+from tpo_core.lab.llm.rlvr import tiny_model_and_tokenizer  # noqa: E402
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_gguf_checksum_conversion_cached_and_one_line_message(fake_gguf, capsys,
     path, digest, calls, saved = fake_gguf
     first = M.load_smollm2(path, sha256=digest)
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and out[0] == first.message and out[0].startswith("tpo_core.llm: ")
+    assert len(out) == 1 and out[0] == first.message and out[0].startswith("tpo_core.lab.llm: ")
     assert "dequantised to fp32 and cached" in first.message and digest[:12] in first.message
     assert first.source == "path" and not first.cached and len(calls) == 1
     cache = tmp_path / "cache" / "llm" / digest

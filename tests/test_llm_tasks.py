@@ -1,4 +1,4 @@
-"""tpo_core.llm.tasks: the reward wrapper gives exactly the Reasoning Gym verifier's score on hand-made answers."""
+"""tpo_core.lab.llm.tasks: the reward wrapper gives exactly the Reasoning Gym verifier's score on hand-made answers."""
 import itertools
 import json
 
@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("reasoning_gym", reason="the LLM tasks need reasoning-gym: pip install 'tpo_core[llm]'")
 
-from tpo_core.llm import tasks as T  # noqa: E402
+from tpo_core.lab.llm import tasks as T  # noqa: E402
 
 
 def _assistant(text):

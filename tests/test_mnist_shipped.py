@@ -1,4 +1,4 @@
-"""The MNIST test set shipped inside the package: the offline fallback of tpo_core.mnist.load."""
+"""The MNIST test set shipped inside the package: the offline fallback of tpo_core.lab.mnist.load."""
 from __future__ import annotations
 
 import gzip
@@ -11,11 +11,11 @@ import urllib.request
 import numpy as np
 import pytest
 
-from tpo_core import mnist
+from tpo_core.lab import mnist
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DATA = ROOT / "tpo_core" / "data" / "mnist"
-# The published checksums (tpo_core/data/mnist/README.md): SHA-256 of the .gz files, and the canonical MD5s of
+DATA = ROOT / "tpo_core" / "lab" / "data" / "mnist"
+# The published checksums (tpo_core/lab/data/mnist/README.md): SHA-256 of the .gz files, and the canonical MD5s of
 # the decompressed IDX files that every MNIST loader checks.
 SHA256 = {"t10k-images-idx3-ubyte.gz": "167310007f03058885c7e95e6c0b19c20de5c7fd3031f4cbdadc9014a523d80b",
           "t10k-labels-idx1-ubyte.gz": "fc607395669ec21321ea83e4b82c0544b7e8e63ff5b34337c06bc0a17cc0da3c"}
@@ -89,8 +89,8 @@ def test_a_corrupted_shipped_file_is_refused(tmp_path, monkeypatch):
 
 def test_the_package_data_carries_the_files_and_their_licence():
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = cfg["tool"]["setuptools"]["package-data"]["tpo_core"]
-    pkg = ROOT / "tpo_core"
+    patterns = cfg["tool"]["setuptools"]["package-data"]["tpo_core.lab"]
+    pkg = ROOT / "tpo_core" / "lab"
     shipped = {p.relative_to(pkg).as_posix() for pat in patterns for p in pkg.glob(pat)}
     assert {f"data/mnist/{n}" for n in SHA256} | {"data/mnist/README.md"} <= shipped
     readme = (DATA / "README.md").read_text()

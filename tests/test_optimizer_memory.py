@@ -1,4 +1,4 @@
-"""tpo_core.optimizer_memory: Adam's step after a change of gradient scale follows the bias-corrected moment
+"""tpo_core.lab.optimizer_memory: Adam's step after a change of gradient scale follows the bias-corrected moment
 recursions (closed forms written out here, in float64), and the engine's Muon-routed step ignores the scale."""
 import jax
 import jax.numpy as jnp
@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from tpo_core import optimizer_memory as om
+from tpo_core.lab import optimizer_memory as om
 from tpo_core.train import make_optimizer, with_lr
 
 B1, B2, EPS, LR = 0.9, 0.999, 1e-8, 1e-3

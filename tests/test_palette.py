@@ -5,7 +5,8 @@ import itertools
 
 import numpy as np
 
-from tpo_core import methods, plotting
+from tpo_core import methods
+from tpo_core.lab import figures
 
 
 def _rgb(hex_colour: str) -> np.ndarray:
@@ -13,19 +14,19 @@ def _rgb(hex_colour: str) -> np.ndarray:
 
 
 def test_every_method_has_a_colour_far_from_every_symbol_colour():
-    assert set(methods.REGISTRY) <= set(plotting.METHOD_COLORS)
-    for m, c in plotting.METHOD_COLORS.items():
-        for s, sc in plotting.SYMBOL_COLORS.items():
+    assert set(methods.REGISTRY) <= set(figures.METHOD_COLORS)
+    for m, c in figures.METHOD_COLORS.items():
+        for s, sc in figures.SYMBOL_COLORS.items():
             assert np.linalg.norm(_rgb(c) - _rgb(sc)) > 0.24, (m, c, s, sc)
-        assert plotting.color(m) == c
-    for s, sc in plotting.SYMBOL_COLORS.items():
-        assert plotting.color(s) == sc
+        assert figures.color(m) == c
+    for s, sc in figures.SYMBOL_COLORS.items():
+        assert figures.color(s) == sc
 
 
 def test_the_methods_drawn_together_have_distinct_colours():
     same = {frozenset(("tpo", "tpo_token")), frozenset(("grpo", "grpo_token"))}   # one method, two forms
-    for a, b in itertools.combinations(plotting.METHOD_COLORS, 2):
+    for a, b in itertools.combinations(figures.METHOD_COLORS, 2):
         if frozenset((a, b)) in same:
-            assert plotting.color(a) == plotting.color(b)
+            assert figures.color(a) == figures.color(b)
         else:
-            assert np.linalg.norm(_rgb(plotting.color(a)) - _rgb(plotting.color(b))) > 0.1, (a, b)
+            assert np.linalg.norm(_rgb(figures.color(a)) - _rgb(figures.color(b))) > 0.1, (a, b)

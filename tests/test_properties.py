@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from demos import app as A
 from demos import explorer as X
 from demos import training as T
-from tpo_core import cli
+from tpo_core.lab import cli
 
 JUNK = st.one_of(st.none(), st.text(max_size=6), st.just(""), st.just("nan"), st.just("inf"), st.just("-inf"),
                  st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**12, 10**12),

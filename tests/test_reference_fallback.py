@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from nbclient import NotebookClient
 
-from tpo_core.reproduce import committed, reference
+from tpo_core.lab.reproduce import committed, reference
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 H10 = ROOT / "results" / "table3_paper_h10"

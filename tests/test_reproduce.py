@@ -17,18 +17,19 @@ import threading
 import numpy as np
 import pytest
 
-from tpo_core import report, train
+from tpo_core import train
+from tpo_core.lab import report
 from tpo_core.config import TokenConfig
-from tpo_core.reproduce import paper_numbers as P
-from tpo_core.reproduce import presets, reference, runner, stats
-from tpo_core.reproduce.presets import PRESETS, Run, get
+from tpo_core.lab.reproduce import paper_numbers as P
+from tpo_core.lab.reproduce import presets, reference, runner, stats
+from tpo_core.lab.reproduce.presets import PRESETS, Run, get
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def dataset():
-    from tpo_core import mnist
+    from tpo_core.lab import mnist
     return mnist.load()
 
 
@@ -168,7 +169,7 @@ def test_paper_tables_are_rendered_from_the_one_copy():
 
 
 def test_a_number_read_off_a_figure_is_labelled_so_wherever_it_is_shown():
-    from tpo_core.reproduce import paper_numbers as P
+    from tpo_core.lab.reproduce import paper_numbers as P
 
     assert P.MNIST_READ_OFF_FIGURE == {"dg"}           # the paper's text gives no final error for DG (§3.3)
     assert P.mnist_text("dg") == "≈ 3.2 % (read off Fig. 4)" and P.mnist_text("tpo") == "2.9 %"
@@ -388,8 +389,8 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
 _INTERRUPT_AFTER_FIRST_FILE = """
 import os, signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal: a background job inherits SIGINT ignored
-from tpo_core import cli
-from tpo_core.reproduce import runner
+from tpo_core.lab import cli
+from tpo_core.lab.reproduce import runner
 write = runner.write_run_file
 def write_then_interrupt(*args, **kwargs):
     write(*args, **kwargs)
@@ -424,8 +425,8 @@ import sys
 from tpo_core import runtime
 from tpo_core.config import TokenConfig
 runtime.enable_compile_cache()   # the suite's cache ($TPO_JAX_CACHE): the 2nd and 3rd process reuse the 1st's compiles
-from tpo_core.reproduce import presets, run_preset
-from tpo_core.reproduce.presets import Preset, Run
+from tpo_core.lab.reproduce import presets, run_preset
+from tpo_core.lab.reproduce.presets import Preset, Run
 
 def build(budget):
     cfg = dict(H=3, B=4, K=4, episodes=40, d_model=16, layers=1, ffn=32, track=0, reward="terminal")
@@ -435,7 +436,7 @@ def build(budget):
 presets._register(Preset("tiny", "tiny", "claim", ("final_error",), build, lambda l, m: None, "none"))
 if sys.argv[2:] == ["kill"]:  # SIGKILL itself mid-way through the third seed: two seed files and a checkpoint on disk
     import os, signal
-    from tpo_core.reproduce import runner
+    from tpo_core.lab.reproduce import runner
     count, write, save = {"files": 0, "saves": 0}, runner.write_run_file, runner.save_checkpoint
     def write_and_count(*args, **kwargs):
         write(*args, **kwargs)
@@ -571,7 +572,7 @@ def test_a_batch_interrupted_mid_run_resumes_at_its_next_chunk_with_identical_re
 
 
 def test_remove_stale_temps_removes_only_the_temporaries_of_that_file(tmp_path):
-    from tpo_core import atomic_io
+    from tpo_core.lab import atomic_io
     target = tmp_path / "seed_1.npz"
     atomic_io.write_npz(target, x=np.arange(3))
     stale = [tmp_path / ".seed_1.npz.ab12cd.tmp", tmp_path / ".seed_1.npz.zz.tmp"]

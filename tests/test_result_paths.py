@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tpo_core import atomic_io
+from tpo_core.lab import atomic_io
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # a home folder starting a path (after a quote, a space, "=" or the start), as a reader of the file would see it
@@ -31,9 +31,9 @@ def test_without_home_goes_through_containers_and_leaves_other_values():
 
 
 @pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in ("torch", "transformers", "reasoning_gym")),
-                    reason="tpo_core.llm needs torch, transformers and reasoning-gym: pip install 'tpo_core[llm]'")
+                    reason="tpo_core.lab.llm needs torch, transformers and reasoning-gym: pip install 'tpo_core[llm]'")
 def test_the_spread_writer_strips_the_home_folder_from_the_model_line(tmp_path, monkeypatch):
-    from tpo_core.llm import spread as S
+    from tpo_core.lab.llm import spread as S
 
     real = S._load_model
 

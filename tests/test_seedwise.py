@@ -1,4 +1,4 @@
-"""tpo_core.reproduce.seedwise: per-seed statistics, the rank and Fisher tests, the permutation test's calibration,
+"""tpo_core.lab.reproduce.seedwise: per-seed statistics, the rank and Fisher tests, the permutation test's calibration,
 the seed-wise rule, and its use on Table 3's H = 10 runs (committed seeds and the reference's file)."""
 import itertools
 import json
@@ -8,8 +8,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from tpo_core.reproduce import seedwise as sw
-from tpo_core.reproduce.stats import permutation_test
+from tpo_core.lab.reproduce import seedwise as sw
+from tpo_core.lab.reproduce.stats import permutation_test
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -191,7 +191,7 @@ def test_h10_on_the_reference_file_and_the_committed_seeds(reference_npz):
 
 
 def test_the_report_renders_the_seed_by_seed_comparison():
-    from tpo_core import report
+    from tpo_core.lab import report
 
     rng = np.random.default_rng(1)
     ours = {"tpo": _seeds(rng, 9, 1), "grpo": _seeds(rng, 9, 5)}
@@ -209,15 +209,15 @@ def test_the_report_renders_the_seed_by_seed_comparison():
 
 
 def test_the_seed_by_seed_figure_draws_every_seed_and_survives_a_missing_side():
-    from tpo_core import plotting
+    from tpo_core.lab.reproduce import figure
 
     rng = np.random.default_rng(2)
     ours, ref = {"tpo": _seeds(rng, 3, 1), "grpo": _seeds(rng, 2, 1)}, {"tpo": _seeds(rng, 4, 1)}
-    fig = plotting.seedwise_figure(ours, ref)
+    fig = figure.seedwise_figure(ours, ref)
     medians = [t.name for t in fig.data if t.name]
     assert medians == ["tpo, ours: median of 3 seeds", "tpo, reference: median of 4 seeds", "grpo, ours: median of 2 seeds"]
     dots = [t for t in fig.data if t.mode == "markers"]
     np.testing.assert_allclose(dots[0].y, sw.per_seed(ours["tpo"])["final"])
     assert [len(d.y) for d in dots] == [3, 4, 2]
     assert len([t for t in fig.data if t.mode == "lines" and not t.name and t.opacity == 0.35]) == 3 + 4 + 2
-    assert len(plotting.seedwise_figure({}, ref).data) > 0 and len(plotting.seedwise_figure(ours, {}).data) > 0
+    assert len(figure.seedwise_figure({}, ref).data) > 0 and len(figure.seedwise_figure(ours, {}).data) > 0

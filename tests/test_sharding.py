@@ -26,9 +26,9 @@ import json, sys
 import jax, numpy as np
 from tpo_core import runtime, train
 from tpo_core.config import BanditConfig, TokenConfig
-from tpo_core.mnist import Dataset
-from tpo_core.reproduce import Run, runner
-from tpo_core.reproduce.presets import SMOKE_MODEL
+from tpo_core.lab.mnist import Dataset
+from tpo_core.lab.reproduce import Run, runner
+from tpo_core.lab.reproduce.presets import SMOKE_MODEL
 
 runtime.enable_compile_cache()
 out = {"device_count": jax.device_count()}

@@ -373,7 +373,7 @@ def test_space_runs_as_spaces_runs_it(tmp_path, browser, screenshots_dir):
         finally:
             context.close()
         assert not errors, f"JavaScript errors in the page: {errors}"
-        assert any("[tpo_core.mnist]" in ln for ln in log), "\n".join(log[-40:])  # the bandit's data was found
+        assert any("[tpo_core.lab.mnist]" in ln for ln in log), "\n".join(log[-40:])  # the bandit's data was found
     finally:  # ends the run too (the server's training thread dies with it)
         server_process.stop(proc)
     timings["total"] = time.time() - t0

@@ -4,12 +4,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tpo_core import tabular as T
+from tpo_core.lab import tabular as T
 
 A = 10
 
 
-# ---- closed forms, written out independently of tpo_core.tabular ----------------------------------
+# ---- closed forms, written out independently of tpo_core.lab.tabular ----------------------------------
 def beta_closed_form(method, p, n_arms=A, eta=1.0):
     p = np.asarray(p, np.float64)
     if method == "ce":

@@ -9,11 +9,12 @@ import pytest
 from flax import nnx
 
 import tpo_core
-from tpo_core import mnist, tasks
+from tpo_core import tasks
+from tpo_core.lab import mnist
 from tpo_core.config import BanditConfig, TokenConfig
 from tpo_core.models import Transformer, count_params
 from tpo_core import runtime
-from tpo_core.reproduce.presets import SMOKE_MODEL, SMOKE_TASK
+from tpo_core.lab.reproduce.presets import SMOKE_MODEL, SMOKE_TASK
 from tpo_core import train
 from tpo_core.train import chunk_plan, make_token_program, muon_adamw, train_bandit, train_tokens
 
@@ -333,7 +334,7 @@ def test_init_programs_compiled_for_compile_speed_give_the_default_levels_bits()
     optimizer state must be bit-identical to XLA's defaults (level 3, default preset), for the paper's Transformer
     (Table-3 size), the presets' smoke model and the MNIST MLP."""
     from tpo_core.config import BanditConfig
-    from tpo_core.mnist import Dataset
+    from tpo_core.lab.mnist import Dataset
     from tpo_core.train import make_bandit_program
 
     rng = np.random.default_rng(0)
@@ -514,7 +515,7 @@ def test_training_programs_compile_with_the_fast_compile_preset_and_agree_with_x
     episodes' metrics agree with the same program compiled at XLA's defaults to float rounding, for the Transformer
     (the presets' smoke size) and the MNIST MLP."""
     from tpo_core import train
-    from tpo_core.mnist import Dataset
+    from tpo_core.lab.mnist import Dataset
     from tpo_core.train import make_bandit_program
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")  # sets neither the level nor the preset

@@ -134,7 +134,7 @@ def test_the_metadata_is_pyproject_s(metadata):
 def test_the_wheel_and_the_sdist_carry_the_package_data(dist, wheel):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
-    data = {f"tpo_core/data/mnist/{n}" for n in (*MNIST_FILES, "README.md")} | {"tpo_core/bridge/verl_gsm8k.yaml"}
+    data = {f"tpo_core/lab/data/mnist/{n}" for n in (*MNIST_FILES, "README.md")} | {"tpo_core/bridge/verl_gsm8k.yaml"}
     assert data <= names, data - names
     assert {f"tpo_core-{VERSION}.dist-info/licenses/{f}" for f in PYPROJECT["project"]["license-files"]} <= names
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tpo_core").rglob("*.py")}
@@ -142,7 +142,7 @@ def test_the_wheel_and_the_sdist_carry_the_package_data(dist, wheel):
     assert not any(n.startswith(("tests/", "book/", "demos/", "results/")) for n in names)
     with zipfile.ZipFile(wheel) as z:
         entry_points = z.read(f"tpo_core-{VERSION}.dist-info/entry_points.txt").decode()
-    assert "tpo = tpo_core.cli:main" in entry_points and "tpo = tpo_core.bridge.verl" in entry_points
+    assert "tpo = tpo_core.lab.cli:main" in entry_points and "tpo = tpo_core.bridge.verl" in entry_points
 
     with tarfile.open(_one(dist, f"tpo_core-{VERSION}.tar.gz")) as t:
         members = {m.name.split("/", 1)[1] for m in t.getmembers() if "/" in m.name}
@@ -190,7 +190,7 @@ def test_the_console_script_and_python_m_train_from_an_empty_folder(installed):
 
     listed = run([bin_dir / "tpo", "reproduce", "--list"], 300, cwd=empty, env=env)
     assert listed.returncode == 0, listed.stderr[-3000:]
-    from tpo_core import reproduce                          # the checkout's presets, named by the installed copy
+    from tpo_core.lab import reproduce                          # the checkout's presets, named by the installed copy
     assert all(name in listed.stdout for name in reproduce.PRESETS), listed.stdout
     assert sorted(p.name for p in empty.iterdir()) == ["run.json"]        # nothing else written where it ran
 
@@ -198,7 +198,7 @@ def test_the_console_script_and_python_m_train_from_an_empty_folder(installed):
 INSIDE = textwrap.dedent("""
     import importlib.metadata as md, importlib.resources as res, json, os, pathlib, sys
     import tpo_core
-    from tpo_core import mnist
+    from tpo_core.lab import mnist
     ds = mnist.load(allow_download=False)                  # no TPO_DATA_DIR, an empty cache: the shipped set
     eps = md.entry_points()
     print(json.dumps(dict(
@@ -208,7 +208,7 @@ INSIDE = textwrap.dedent("""
         verl_yaml=(res.files("tpo_core.bridge") / "verl_gsm8k.yaml").is_file(),
         scripts=[e.value for e in eps.select(group="console_scripts", name="tpo")],
         plugins=[e.value for e in eps.select(group="verl.plugins", name="tpo")],
-        results=str(__import__("tpo_core.reproduce.committed", fromlist=["x"]).find_results()),
+        results=str(__import__("tpo_core.lab.reproduce.committed", fromlist=["x"]).find_results()),
     )))
 """)
 
@@ -221,12 +221,12 @@ def test_the_installed_package_finds_its_data_inside_itself(installed):
     got = json.loads(done.stdout.strip().splitlines()[-1])
     site = pathlib.Path(got["package"]).parent.parent
     assert site.name == "site-packages" and python.parent.parent in site.parents    # the new venv's own copy
-    assert pathlib.Path(got["shipped"]) == site / "tpo_core" / "data" / "mnist"
+    assert pathlib.Path(got["shipped"]) == site / "tpo_core" / "lab" / "data" / "mnist"
     assert "shipped with tpo_core, SHA-256 verified" in got["source"], got["source"]
     assert got["shapes"] == [[8000, 784], [2000, 784]] and got["labels"] == list(range(10))
     assert got["pixel_range"][0] == 0.0 and got["pixel_range"][1] == 1.0
     assert got["version"] == got["dist_version"] == VERSION               # no pyproject beside it: the metadata's
-    assert got["verl_yaml"] and got["scripts"] == ["tpo_core.cli:main"] and got["plugins"] == ["tpo_core.bridge.verl"]
+    assert got["verl_yaml"] and got["scripts"] == ["tpo_core.lab.cli:main"] and got["plugins"] == ["tpo_core.bridge.verl"]
     assert got["results"] == "None"            # no committed results/ where it runs: the book's readers get None
 
 

@@ -1,7 +1,7 @@
-"""The notebook widget (tpo_core.widget), kernel side, no browser: Train streams the engine's values into the
+"""The notebook widget (tpo_core.lab.widget), kernel side, no browser: Train streams the engine's values into the
 FigureWidgets chunk by chunk, Stop ends a run between chunks, bad input shows validate's message, the book build
 gets a static snapshot, Colab's widget manager is switched on. The values are checked against an independent
-run of tpo_core.live.stream and against TPO's closed-form target, never against what the widget computed."""
+run of tpo_core.lab.live.stream and against TPO's closed-form target, never against what the widget computed."""
 import subprocess
 import sys
 import time
@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from tpo_core import live, widget
+from tpo_core.lab import live, widget
 
 # the same tiny token task as the demo tests (tests/test_demo_callbacks.py); 12 episodes = chunks 1, 5, 5, 1
 TINY = dict(task="token reversal", methods=["tpo"], reward="terminal", H=3, B=8, K=4, eta=1.0, episodes=12,
@@ -184,7 +184,7 @@ def test_colab_custom_widget_manager(monkeypatch):
 def test_the_package_runs_it_without_demos_or_gradio():
     """Colab installs only tpo_core: the engine and the widget import neither demos/ nor gradio, and the demo's
     training module is the same engine (one chunk loop)."""
-    code = ("import sys, tpo_core.live, tpo_core.widget; "
+    code = ("import sys, tpo_core.lab.live, tpo_core.lab.widget; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('demos', 'gradio')]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip() == "[]"

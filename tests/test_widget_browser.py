@@ -17,7 +17,7 @@ from tests.conftest import ROOT, open_page
 pytestmark = pytest.mark.browser
 
 # the demo tests' tiny token task, for longer than the test watches it (so Stop ends it)
-CELL = ("from tpo_core.widget import live_training\n"
+CELL = ("from tpo_core.lab.widget import live_training\n"
         "live_training(methods=['tpo'], H=3, B=8, K=4, episodes=2000)")
 
 

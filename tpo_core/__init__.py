@@ -1,5 +1,16 @@
-"""tpo_core — Target Policy Optimization (Kaddour 2026, arXiv 2604.06159) in JAX: losses, tasks, models,
-jitted training, reproduction, and a PyTorch bridge for TRL and verl (``tpo_core.bridge``).
+"""tpo_core — Target Policy Optimization (Kaddour 2026, arXiv 2604.06159) in JAX.
+
+The package holds two layers, and an import contract (``[tool.importlinter]`` in ``pyproject.toml``, run by
+``tests/test_architecture.py``) keeps the lower one free of the upper:
+
+* **the library**, the modules at this level: the losses (:mod:`~tpo_core.losses`), the methods
+  (:mod:`~tpo_core.methods`), the token tasks (:mod:`~tpo_core.tasks`), the models, the configurations, the
+  jitted training (:mod:`~tpo_core.train`), the runtime, and the PyTorch bridge for TRL and verl
+  (:mod:`tpo_core.bridge`, which imports no JAX). It imports nothing from the lab, ``demos``, ``benchmarks`` or
+  ``book``: this is what ``pip install tpo_core`` users build on;
+* **the lab**, :mod:`tpo_core.lab`: what reproduces, stores, judges and draws experiments (the presets and
+  runner, statistics, the LLM experiment, reports, figures, MNIST, the CLI, the book's helpers). It imports
+  the library; ``python -m tpo_core`` (:mod:`tpo_core.__main__`) is its command line.
 
 Quick tour::
 
@@ -43,20 +54,19 @@ _EXPORTS = {
                "grpo_advantages", "grpo_loss", "grpo_token_ratio_loss", "k3_kl", "batch_baseline_advantages",
                "pg_loss", "ppo_loss", "rebel_loss", "rloo_advantages", "rloo_loss", "standardize", "tpo_loss",
                "tpo_target", "tpo_token_loss", "vmpo_loss", "zero_variance"),
-    "methods": ("BANDIT_METHODS", "REGISTRY", "TOKEN_METHODS", "Method"),
+    "methods": ("BANDIT_METHODS", "REGISTRY", "TOKEN_METHODS", "Method", "get_method"),
     "config": ("BanditConfig", "TokenConfig"),
     "runtime": ("enable_compile_cache",),
     "train": ("make_bandit_program", "make_token_program", "train_bandit", "train_tokens"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-_WHERE["get_method"] = "methods"
 __all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str):
     if name in _WHERE:
         module = importlib.import_module(f".{_WHERE[name]}", __name__)
-        value = getattr(module, "get" if name == "get_method" else name)
+        value = getattr(module, name)
         globals()[name] = value
         return value
     try:

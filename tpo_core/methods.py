@@ -215,3 +215,6 @@ def get(name: str) -> Method:
     if name not in REGISTRY:
         raise ValueError(f"unknown method {name!r}; choose from {', '.join(REGISTRY)}")
     return REGISTRY[name]
+
+
+get_method = get  # the name ``tpo_core`` exports it under (``tpo_core.get_method("tpo")``)

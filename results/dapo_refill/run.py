@@ -24,8 +24,8 @@ import sys
 import numpy as np
 
 from tpo_core import methods
-from tpo_core.reproduce import runner, seedwise
-from tpo_core.reproduce.presets import dapo_refill_runs
+from tpo_core.lab.reproduce import runner, seedwise
+from tpo_core.lab.reproduce.presets import dapo_refill_runs
 
 OUT = pathlib.Path(__file__).resolve().parent
 WINDOW = 0.1  # share of the horizon averaged for a "final" error

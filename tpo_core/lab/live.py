@@ -1,5 +1,5 @@
 """Live training, chunk by chunk: the streaming engine of the Gradio demo (``demos/app.py``, which imports it
-through ``demos/training.py``) and of the notebook widget (:mod:`tpo_core.widget`).
+through ``demos/training.py``) and of the notebook widget (:mod:`tpo_core.lab.widget`).
 
 A :class:`Request` (from :func:`validate`, which turns raw UI values into configs or raises ``InputError``
 naming the input) holds one config per method; :func:`stream` trains the methods interleaved, one chunk each,
@@ -21,10 +21,12 @@ from typing import Iterator
 
 import numpy as np
 
-from . import methods as M
-from . import plotting, runtime
-from .config import BanditConfig, TokenConfig
+from tpo_core import methods as M
+from tpo_core import runtime
+from tpo_core.config import BanditConfig, TokenConfig
+
 from .explorer import InputError, check_eta, check_int
+from .figures import color, curves_figure
 
 TASKS = ("token reversal", "MNIST bandit")
 REWARDS = ("terminal", "sequential", "bag")
@@ -132,8 +134,8 @@ def program_for(cfg):
     """The (lru-cached) program of ``cfg``; turns JAX's persistent compile cache on at first use, so
     a configuration compiled by any earlier process (warm-up, tests, a previous server) loads in ≈ 1 s."""
     global _cache_on
-    from .runtime import enable_compile_cache
-    from .train import make_bandit_program, make_token_program
+    from tpo_core.runtime import enable_compile_cache
+    from tpo_core.train import make_bandit_program, make_token_program
 
     if not _cache_on:
         enable_compile_cache()
@@ -250,7 +252,7 @@ def _curves(hist, key, title, y_title, percent, log_y=False):
     if not runs:
         return _empty(title, "waiting for the first chunk…" if hist["done"] == 0 else "not defined for this task")
     T = next(iter(runs.values())).shape[1]
-    fig = plotting.curves_figure(runs, title=title, y_title=y_title, percent=percent, log_y=log_y,
+    fig = curves_figure(runs, title=title, y_title=y_title, percent=percent, log_y=log_y,
                                  x=_x(hist, T), x_title=hist["unit"])
     fig.update_layout(height=300, margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.25),
                       title_font_size=14)
@@ -274,11 +276,11 @@ def grad_figure(hist):
         for key, label in (("grad_norm", "‖∇L‖"), ("step_norm", "‖Δθ‖")):
             if key in d:
                 name = f"{M.REGISTRY[m].title} {label}"
-                runs[name], colors[name] = d[key], plotting.color(m)
+                runs[name], colors[name] = d[key], color(m)
     if not runs:
         return _empty(title, "waiting for the first chunk…")
     T = next(iter(runs.values())).shape[1]
-    fig = plotting.curves_figure(runs, title=title, y_title="norm", percent=False, log_y=True, x=_x(hist, T),
+    fig = curves_figure(runs, title=title, y_title="norm", percent=False, log_y=True, x=_x(hist, T),
                                  x_title=hist["unit"], colors=colors)
     fig.for_each_trace(lambda t: t.update(line=dict(dash="dash")) if t.name and "Δθ" in t.name else None)
     fig.update_layout(height=340, margin=dict(l=55, r=20, t=50, b=40),
@@ -319,11 +321,11 @@ def pq_figure(hist, episode: int | None = None):
         names = [f"y{i + 1}" + ("✓" if v > s.mean() else "") for i, v in enumerate(s)]  # ✓: above the group mean
         E = p.shape[0]
         for e in range(E):
-            shade = plotting.color("p_old") if e == 0 else plotting.color("p")
+            shade = color("p_old") if e == 0 else color("p")
             fig.add_trace(go.Bar(x=names, y=p[e], name="p_old (epoch 1)" if e == 0 else f"p before epoch {e + 1}",
                                  marker_color=shade, opacity=0.35 + 0.65 * (e + 1) / E,
                                  showlegend=row == 1, legendgroup=f"p{e}"), row, 1)
-        fig.add_trace(go.Bar(x=names, y=q, name="q (TPO target)", marker_color=plotting.color("q"),
+        fig.add_trace(go.Bar(x=names, y=q, name="q (TPO target)", marker_color=color("q"),
                              showlegend=row == 1, legendgroup="q"), row, 1)
     fig.update_layout(title=dict(text=f"{title}, episode {t}", font=dict(size=13), x=0.0, xanchor="left"),
                       barmode="group", height=190 + 170 * n, margin=dict(l=55, r=15, t=70, b=40),

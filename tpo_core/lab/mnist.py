@@ -3,7 +3,7 @@
 Search order: ``data_dir`` → ``$TPO_DATA_DIR`` → the cache dir (``$TPO_CACHE_DIR`` or
 ``~/.cache/tpo_core/mnist``) → download of the full 60k/10k set into the cache with MD5 verification (when
 online, e.g. on Colab) → the 10,000-image MNIST test set shipped inside the package
-(``tpo_core/data/mnist``, CC BY-SA 3.0, SHA-256 verified). When only the 10k test set is there, it is split
+(``tpo_core/lab/data/mnist``, CC BY-SA 3.0, SHA-256 verified). When only the 10k test set is there, it is split
 deterministically into 8,000 train / 2,000 test images (the split of the committed runs under
 ``results/mnist``). One line on stderr says which data is used.
 """
@@ -28,7 +28,7 @@ FILES = {  # name -> MD5 of the *decompressed* IDX file
     "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
     "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637",
 }
-# The test set shipped in the package (tpo_core/data/mnist/README.md): file -> SHA-256 of the .gz file.
+# The test set shipped in the package (tpo_core/lab/data/mnist/README.md): file -> SHA-256 of the .gz file.
 SHIPPED_DIR = pathlib.Path(__file__).resolve().parent / "data" / "mnist"
 SHIPPED_SHA256 = {
     "t10k-images-idx3-ubyte.gz": "167310007f03058885c7e95e6c0b19c20de5c7fd3031f4cbdadc9014a523d80b",
@@ -154,5 +154,5 @@ def load(data_dir=None, *, allow_download: bool = True, verbose: bool = True) ->
     if ds is None:
         ds = shipped()
     if verbose:
-        print(f"[tpo_core.mnist] {ds.source}", file=sys.stderr)
+        print(f"[tpo_core.lab.mnist] {ds.source}", file=sys.stderr)
     return ds

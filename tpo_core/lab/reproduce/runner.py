@@ -33,7 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import atomic_io, train
+from tpo_core import train
+from .. import atomic_io
 from . import stats
 from .presets import ENGINE, Run, get
 
@@ -313,9 +314,9 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
     summary["wall_seconds"] = time.perf_counter() - t_start
     summary["partial"] = bool(partial)
     if out is not None and main:
-        from .. import plotting
+        from .figure import preset_figure_html
         atomic_io.write_json(out / "summary.json", summary)
-        atomic_io.write_text(out / "figure.html", plotting.preset_figure_html(summary, runs, all_curves))
+        atomic_io.write_text(out / "figure.html", preset_figure_html(summary, runs, all_curves))
     return summary
 
 

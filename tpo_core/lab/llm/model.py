@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from tpo_core import atomic_io
+from .. import atomic_io
 
 __all__ = ["SMOLLM2_GGUF_SHA256", "SMOLLM2_GGUF_NAME", "HUB_REPO", "LoadedModel", "load_smollm2",
            "package_gguf_path", "cache_root", "sha256_file", "fix_chat_tokens"]
@@ -180,7 +180,7 @@ def load_smollm2(path=None, *, sha256: str | None = SMOLLM2_GGUF_SHA256, hub: bo
     seconds = time.perf_counter() - start
     n_params = sum(p.numel() for p in model.parameters())
     detail = atomic_io.without_home(detail)     # no user paths in logs or in the result files that keep this line
-    message = f"tpo_core.llm: SmolLM2-135M-Instruct from {detail} ({n_params / 1e6:.1f} M parameters, fp32) in {seconds:.1f} s"
+    message = f"tpo_core.lab.llm: SmolLM2-135M-Instruct from {detail} ({n_params / 1e6:.1f} M parameters, fp32) in {seconds:.1f} s"
     if not quiet:
         print(message, flush=True)
     return LoadedModel(model, tokenizer, source, message, seconds, cached)

@@ -66,10 +66,10 @@ def reference_path(allow_download: bool = True, verbose: bool = True, url: str =
         return cached
     if allow_download and download(cached, url):
         if verbose:
-            print(f"[tpo_core.reproduce] downloaded the reference curves ({NAME}, sha256 verified)", file=sys.stderr)
+            print(f"[tpo_core.lab.reproduce] downloaded the reference curves ({NAME}, sha256 verified)", file=sys.stderr)
         return cached
     if verbose:
-        print(f"[tpo_core.reproduce] reference curves unavailable offline ({NAME}; set TPO_REFERENCE_NPZ): no new "
+        print(f"[tpo_core.lab.reproduce] reference curves unavailable offline ({NAME}; set TPO_REFERENCE_NPZ): no new "
               "comparison; the book reads the one committed in results/table3_paper_h10/summary.json", file=sys.stderr)
     return None
 
@@ -93,7 +93,7 @@ def compare_reference(ours: dict, path=None, checkpoints=CHECKPOINTS) -> dict:
     """Compare our per-seed error curves {method: [S, T]} with the reference's, per method: seed means ± SE at
     the checkpoints and the last episode, the fraction of seeds solved, and two-sample tests (a permutation
     test of equal means and a bootstrap 95% CI of the difference of means) on the per-seed final error and on
-    the per-seed steps to 10% error, each with a verdict (see :mod:`tpo_core.reproduce.stats`)."""
+    the per-seed steps to 10% error, each with a verdict (see :mod:`tpo_core.lab.reproduce.stats`)."""
     ref = load_reference(path)
     ref_steps = {m: stats.per_seed_steps_to(r, STEPS_THRESHOLD) for m, r in ref.items()}
     steps_delta = abs(ref_steps["grpo"].mean() - ref_steps["tpo"].mean()) / 2 if {"tpo", "grpo"} <= set(ref) else 100.0

@@ -2,7 +2,7 @@
 log-probs of the *starting* SmolLM2-135M-Instruct, measured without training.
 
 For each setting (a Reasoning Gym graph-colouring difficulty, :data:`tasks.TASKS`), ``groups`` puzzles x K
-completions are sampled exactly as :mod:`tpo_core.llm.rlvr`'s ``cpu`` budget samples them through TRL: the chat
+completions are sampled exactly as :mod:`tpo_core.lab.llm.rlvr`'s ``cpu`` budget samples them through TRL: the chat
 prompt of :func:`tasks.train_prompts` (data seed 0, a pool of 64 puzzles, the first ``groups`` used), HF
 ``generate`` at temperature 1, top-p 1, top-k 0 (off), repetition penalty 1, at most 32 new tokens, the model's
 and the tokenizer's end-of-turn ids as EOS; the completion mask runs up to and including the first EOS (TRL's);
@@ -25,7 +25,7 @@ records, the shortcuts a constant answer and a random colouring give on the same
 (quantiles per setting x score x η), ``figure.html`` (:func:`figure`). A finished setting with the same config is
 skipped; the setting in progress keeps its finished groups in ``spread.partial.json`` and resumes there.
 
-    python -m tpo_core.llm.spread --out results/llm_spread [--groups 16 --k 16 --settings v3,v6p5]
+    python -m tpo_core.lab.llm.spread --out results/llm_spread [--groups 16 --k 16 --settings v3,v6p5]
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ import time
 
 import numpy as np
 
-from tpo_core import atomic_io
+from .. import atomic_io
 
 __all__ = ["SCORES", "ETAS", "DEFAULT_SETTINGS", "QUANTILES", "completion_mask", "token_logps", "sequence_scores",
            "group_record", "grpo_abs_advantage", "shortcuts", "measure_setting", "run_spread", "summarize",
@@ -283,7 +283,7 @@ def measure_setting(model, tokenizer, config: dict, *, out=None, chat: bool = Tr
         if saved.get("config") == config:
             groups, completions = saved["groups"], saved["completions"]
             if not quiet:
-                print(f"tpo_core.llm.spread: {config['setting']}: resuming after {len(groups)} finished group(s)", flush=True)
+                print(f"tpo_core.lab.llm.spread: {config['setting']}: resuming after {len(groups)} finished group(s)", flush=True)
     start = time.perf_counter()
     for g in range(len(groups), config["groups"]):
         seed = config["sample_seed"] * 1_000_003 + g
@@ -295,7 +295,7 @@ def measure_setting(model, tokenizer, config: dict, *, out=None, chat: bool = Tr
             atomic_io.write_json(partial_path, {"config": config, "groups": groups, "completions": completions})
         if not quiet:
             s = group["scores"]
-            print(f"tpo_core.llm.spread: {config['setting']} group {g + 1}/{config['groups']}: "
+            print(f"tpo_core.lab.llm.spread: {config['setting']} group {g + 1}/{config['groups']}: "
                   f"{group['n_success']}/{group['k']} successes, std l_sum {group['l_sum']['std']:.2f} "
                   f"l_mean {group['l_mean']['std']:.3f}, TV(eta=1) sum {s['sum']['eta']['1']['tv']:.2e} "
                   f"mean {s['mean']['eta']['1']['tv']:.3f} ({group['sample_seconds']:.0f} s sampling, "
@@ -365,7 +365,7 @@ def run_spread(out, *, task: str = "graph_coloring", settings=DEFAULT_SETTINGS, 
         key = f"{task}/{s}"
         if data["settings"].get(key, {}).get("config") == config:
             if not quiet:
-                print(f"tpo_core.llm.spread: {key} already done in {out}, skipped", flush=True)
+                print(f"tpo_core.lab.llm.spread: {key} already done in {out}, skipped", flush=True)
             if _refresh(data["settings"][key]):        # derived group fields of an older version of this module
                 atomic_io.write_json(path, data)
             continue
@@ -379,7 +379,7 @@ def run_spread(out, *, task: str = "graph_coloring", settings=DEFAULT_SETTINGS, 
         atomic_io.write_json(path, data)
         (out / PARTIAL).unlink(missing_ok=True)
         if not quiet:
-            print(f"tpo_core.llm.spread: {key}: {groups} groups x K = {k} in {record['seconds']:.0f} s", flush=True)
+            print(f"tpo_core.lab.llm.spread: {key}: {groups} groups x K = {k} in {record['seconds']:.0f} s", flush=True)
     if not data["settings"]:
         raise ValueError(f"nothing measured in {out}")
     summary = summarize(data, out)
@@ -480,7 +480,7 @@ def summarize(data: dict, out=None) -> dict:
         out_settings[key] = s
     configs = [rec["config"] for rec in data["settings"].values()]
     first = configs[0]
-    command = (f"python -m tpo_core.llm.spread --out {out if out is not None else 'OUT'} --task {first['task']} "
+    command = (f"python -m tpo_core.lab.llm.spread --out {out if out is not None else 'OUT'} --task {first['task']} "
                f"--settings {','.join(c['setting'] for c in configs)} --groups {first['groups']} --k {first['k']}")
     summary |= {
         "preset": "llm_spread", "budget": "cpu", "kind": "llm",
@@ -489,7 +489,7 @@ def summarize(data: dict, out=None) -> dict:
         "claim": "The paper's TPO target q ∝ p_old·e^{u/η} over the K completions of a prompt, with p_old the group "
                  "softmax of the sequence log-probs (§2); the paper runs no such measurement",
         "paper_setting": "verl, Qwen3-1.7B and DeepSeek-R1-Distill-Qwen-1.5B; this repository samples "
-                         "SmolLM2-135M-Instruct as tpo_core.llm.rlvr's cpu budget does through TRL",
+                         "SmolLM2-135M-Instruct as tpo_core.lab.llm.rlvr's cpu budget does through TRL",
         "budget_note": (f"{first['groups']} puzzles x K = {first['k']} completions of ≤ {first['max_new_tokens']} tokens "
                         f"per setting ({', '.join(c['setting'] for c in configs)}), T = 1, the starting model, "
                         "float64 group maths; each row is a median over groups"),
@@ -599,7 +599,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv=None) -> int:
-    parser = _Parser(prog="python -m tpo_core.llm.spread", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="python -m tpo_core.lab.llm.spread", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--task", default="graph_coloring")
     parser.add_argument("--settings", default=",".join(DEFAULT_SETTINGS), help="comma-separated setting names")

@@ -11,8 +11,8 @@ import time
 
 import jax
 
-from . import plotting
-from .runtime import enable_compile_cache
+from . import figures
+from tpo_core.runtime import enable_compile_cache
 
 
 def quick_mode() -> bool:
@@ -22,7 +22,7 @@ def quick_mode() -> bool:
 
 def setup(verbose: bool = True) -> bool:
     """First cell of every chapter: plotly renderer, compile cache, devices. Returns QUICK."""
-    plotting.setup()
+    figures.setup()
     enable_compile_cache()
     quick = quick_mode()
     if verbose:

@@ -2,7 +2,7 @@
 
     python -m tpo_core report results --out results/REPORT.md
 
-Each row is a verdict that can fail (see :mod:`tpo_core.reproduce.stats`): *consistent*, *inconsistent* or
+Each row is a verdict that can fail (see :mod:`tpo_core.lab.reproduce.stats`): *consistent*, *inconsistent* or
 *inconclusive*, and only for runs at the paper's own setting; a smaller budget shows "no paper number at
 this setting". Public functions (the book and the demo call them): :func:`load_summaries`,
 :func:`to_markdown`, :func:`to_html`, :func:`reference_table`, :func:`seedwise_table`.
@@ -62,7 +62,7 @@ def _fmt_se(se, metric) -> str:
 
 def _engine_text(s) -> str:
     if s.get("kind") == "llm":
-        return "PyTorch + TRL (tpo_core.llm.rlvr), not the JAX engine"
+        return "PyTorch + TRL (tpo_core.lab.llm.rlvr), not the JAX engine"
     engines = s.get("engine") or [1]
     if engines == [1]:
         return "engine 1 (trained before the q/k/v attention biases were routed to Muon as in the reference)"
@@ -132,7 +132,7 @@ def reference_table(ref: dict) -> list[str]:
 
 
 def _seedwise_side(d: dict, side: str, key: str) -> str:
-    """'mean (median)' of one side of one statistic of :func:`tpo_core.reproduce.seedwise.compare`."""
+    """'mean (median)' of one side of one statistic of :func:`tpo_core.lab.reproduce.seedwise.compare`."""
     mean, median = d[f"mean_{side}"], d[f"median_{side}"]
     if key == "steps":
         never = d[f"never_{side}"]
@@ -142,11 +142,11 @@ def _seedwise_side(d: dict, side: str, key: str) -> str:
 
 
 def seedwise_table(sw: dict) -> list[str]:
-    """Markdown lines: the seed-by-seed comparisons of Table 3's H = 10 runs (:mod:`tpo_core.reproduce.seedwise`),
+    """Markdown lines: the seed-by-seed comparisons of Table 3's H = 10 runs (:mod:`tpo_core.lab.reproduce.seedwise`),
     one row per statistic, the verdict of its rule in each comparison's first row, then what became of the seeds."""
     from .reproduce.seedwise import STATISTICS
 
-    lines = ["Seed by seed (`tpo_core.reproduce.seedwise`): per seed, the late-phase mean error (second half of the run), "
+    lines = ["Seed by seed (`tpo_core.lab.reproduce.seedwise`): per seed, the late-phase mean error (second half of the run), "
              "the final error (last 10 episodes), the steps to 10 % error and whether it ever solved (below 5 %); "
              "permutation test of equal means and two-sided Mann-Whitney rank test for the first three, Fisher's "
              f"exact test on the never-solved counts. Rule: {sw['rule']}.", ""]
@@ -177,7 +177,7 @@ def seedwise_table(sw: dict) -> list[str]:
 
 def _claim(s: dict) -> str:
     """The paper's claim of a summary's preset: the preset's current wording (the paper's claims are held once, in
-    :mod:`tpo_core.reproduce.presets`), else the text saved in the summary (a preset this package no longer has)."""
+    :mod:`tpo_core.lab.reproduce.presets`), else the text saved in the summary (a preset this package no longer has)."""
     from .reproduce.presets import PRESETS
 
     preset = PRESETS.get(s.get("preset"))
@@ -264,8 +264,8 @@ def _cell(v) -> str:
 
 def paper_tables_markdown() -> str:
     """The paper's Tables 1–3 and the MNIST numbers as markdown, rendered from
-    :mod:`tpo_core.reproduce.paper_numbers` (the one copy)."""
-    from .methods import get as method
+    :mod:`tpo_core.lab.reproduce.paper_numbers` (the one copy)."""
+    from tpo_core.methods import get as method
     from .reproduce import paper_numbers as P
 
     title = lambda m: method(m).title  # noqa: E731

@@ -13,7 +13,8 @@ import time
 
 import numpy as np
 
-from . import atomic_io, config, mnist, report, reproduce, runtime, train
+from tpo_core import config, runtime, train
+from . import atomic_io, mnist, report, reproduce
 from .reproduce import stats
 
 TASKS = ("reversal", "mnist")

@@ -46,7 +46,7 @@ import numbers
 import jax
 import jax.numpy as jnp
 
-from . import losses as L
+from tpo_core import losses as L
 
 METHODS = ("ce", "tpo", "grpo", "dg")   # exact population updates
 SAMPLED_METHODS = ("tpo", "grpo")       # updates from k sampled arms per context

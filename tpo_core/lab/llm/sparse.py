@@ -46,7 +46,7 @@ averaged over the evaluations after step 0: it measures how fast and how far a r
 alone misses once every arm nears the task's ceiling. :func:`choose_lr` takes the rate with the highest grid mean
 of it (a tie goes to the smaller rate). Each pair of arms gets a verdict on the primary metric and on the final
 held-out success, per seed, in two ways. The first is
-:func:`tpo_core.reproduce.stats.two_sample_verdict`: a bootstrap 95 % CI of the difference against the
+:func:`tpo_core.lab.reproduce.stats.two_sample_verdict`: a bootstrap 95 % CI of the difference against the
 resolution δ = :data:`RESOLUTION`, plus a permutation p-value. The second is a two-sided Mann–Whitney rank
 test. Both are reported.
 
@@ -55,7 +55,7 @@ time, read-outs) atomically. A finished run with the same config is skipped. A f
 stops the sweep instead of being overwritten. ``summary.json`` and ``figure.html`` are rebuilt from whatever
 has finished.
 
-    python -m tpo_core.llm.sparse --budget smoke --out /tmp/sparse --stage all
+    python -m tpo_core.lab.llm.sparse --budget smoke --out /tmp/sparse --stage all
     python -m tpo_core reproduce llm_sparse_coloring --budget smoke
 """
 from __future__ import annotations
@@ -76,7 +76,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpo_core import atomic_io
+from .. import atomic_io
 
 __all__ = ["Budget", "BUDGETS", "ARMS", "SETTING", "FILLER", "RESOLUTION", "PRESETS", "tokenizer", "make_model",
            "make_puzzles", "heldout_puzzles", "prompt_text", "answer_text", "decode_answer", "score_text",
@@ -84,7 +84,7 @@ __all__ = ["Budget", "BUDGETS", "ARMS", "SETTING", "FILLER", "RESOLUTION", "PRES
            "logprob_spread", "sft_colourings", "PRIMARY", "choose_lr", "run", "run_preset", "summarize", "figure", "figure_html", "main"]
 
 ARMS = ("tpo_mean", "tpo_sum", "grpo")
-METHODS = ARMS                   # the name tpo_core.cli reads
+METHODS = ARMS                   # the name tpo_core.lab.cli reads
 STAGES = ("grid", "main", "all")
 N_VERTICES, N_COLORS, EDGE_P = 6, 3, 0.5
 SETTING = dict(num_colors=N_COLORS, min_num_vertices=N_VERTICES, max_num_vertices=N_VERTICES, edge_probability=EDGE_P)
@@ -436,7 +436,7 @@ def warm_start(seed: int, budget: Budget, *, cache=None, quiet: bool = True):
     _atomic_torch_save(weights, {k: v.detach().cpu() for k, v in model.state_dict().items()})
     atomic_io.write_json(meta_path, meta)
     if not quiet:
-        print(f"tpo_core.llm.sparse: warm start seed {seed}: held-out success {ev['success_t1']:.3f} (T=1), "
+        print(f"tpo_core.lab.llm.sparse: warm start seed {seed}: held-out success {ev['success_t1']:.3f} (T=1), "
               f"{ev['success_greedy']:.3f} (greedy), valid {ev['valid_t1']:.2f}; within-group std of summed / mean "
               f"log-probs {spread['std_sum_median']:.2f} / {spread['std_mean_median']:.3f} nats "
               f"({meta['seconds']:.0f} s)", flush=True)
@@ -600,7 +600,7 @@ def _eval_callback():
             atomic_io.write_npz(r["partial"], **curves, **_eval_arrays(self.rows))
             if not r["quiet"]:
                 last = curves.get("reward", np.array([]))
-                print(f"tpo_core.llm.sparse: {r['label']} step {step}/{max_steps}: held-out {ev['success_t1']:.3f} "
+                print(f"tpo_core.lab.llm.sparse: {r['label']} step {step}/{max_steps}: held-out {ev['success_t1']:.3f} "
                       f"(T=1) {ev['success_greedy']:.3f} (greedy), length {ev['length_t1']:.1f}, train reward "
                       f"{np.mean(last[-r['budget'].eval_every:]) if len(last) else float('nan'):.3f} "
                       f"({time.perf_counter() - r['start']:.0f} s)", flush=True)
@@ -799,7 +799,7 @@ def _train_if_needed(out, b, arm, lr, seed, steps, cache, quiet, stage):
         meta = json.loads(meta_path.read_text())
         if meta.get("config") == config:
             if not quiet:
-                print(f"tpo_core.llm.sparse: {arm} lr {lr:g} seed {seed} already done in {out}, skipped", flush=True)
+                print(f"tpo_core.lab.llm.sparse: {arm} lr {lr:g} seed {seed} already done in {out}, skipped", flush=True)
             return meta
         raise ValueError(f"{meta_path} holds a run of another configuration; use another --out (not overwritten)")
     curves, meta = _run_one(arm, lr, seed, steps, b, out, cache, quiet)
@@ -808,7 +808,7 @@ def _train_if_needed(out, b, arm, lr, seed, steps, cache, quiet, stage):
     atomic_io.write_json(meta_path, meta)
     (out / f"{stem}.partial.npz").unlink(missing_ok=True)
     if not quiet:
-        print(f"tpo_core.llm.sparse: {arm} lr {lr:g} seed {seed}: {meta['steps']} steps in {meta['seconds']:.0f} s "
+        print(f"tpo_core.lab.llm.sparse: {arm} lr {lr:g} seed {seed}: {meta['steps']} steps in {meta['seconds']:.0f} s "
               f"({meta['seconds_per_step']:.2f} s/step), held-out {meta['start_success']:.3f} -> "
               f"{meta['final_success']:.3f} (T=1), greedy {meta['final_greedy_success']:.3f}", flush=True)
     return meta
@@ -834,7 +834,7 @@ def _mann_whitney(a, b) -> dict:
 
 def _verdicts(main_by_arm: dict) -> list[dict]:
     """Each pair of arms on the primary metric (AUC) and on the final success, per seed."""
-    from tpo_core.reproduce.stats import two_sample_verdict
+    from ..reproduce.stats import two_sample_verdict
 
     out = []
     for metric in (PRIMARY, "final_success"):
@@ -853,7 +853,7 @@ def _verdicts(main_by_arm: dict) -> list[dict]:
 
 def summarize(out, budget: str, b: Budget | None = None, *, command: str | None = None, requested=None) -> dict:
     """``out/summary.json`` and ``out/figure.html`` from the runs finished so far."""
-    from tpo_core.reproduce.stats import seed_se
+    from ..reproduce.stats import seed_se
 
     b = b or BUDGETS[budget]
     out = pathlib.Path(out)
@@ -910,7 +910,7 @@ def summarize(out, budget: str, b: Budget | None = None, *, command: str | None 
                          f"repository runs a {warm and next(iter(warm.values()))['n_parameters'] or '?'}-parameter Llama "
                          "trained from scratch through TRL's trainers",
         "budget_note": b.note,
-        "command": command or f"python -m tpo_core.llm.sparse --budget {budget} --out {out}",
+        "command": command or f"python -m tpo_core.lab.llm.sparse --budget {budget} --out {out}",
         "train_seconds": float(sum(r["seconds"] for r in runs)), "devices": 1,
         "metrics": list(SUMMARY_METRICS), "rows": rows,
         "config": _common_config(b), "stages": {"grid": {"steps": b.grid_steps, "lrs": list(b.lrs),
@@ -955,8 +955,8 @@ def figure(out, b: Budget):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from tpo_core.plotting import color
-    from tpo_core.reproduce.stats import seed_se
+    from ..figures import color
+    from ..reproduce.stats import seed_se
 
     out = pathlib.Path(out)
     runs = _finished(out, b)
@@ -1056,7 +1056,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv=None) -> int:
-    parser = _Parser(prog="python -m tpo_core.llm.sparse", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="python -m tpo_core.lab.llm.sparse", description=__doc__.split("\n")[0])
     parser.add_argument("--budget", default="smoke", help=f"one of {', '.join(BUDGETS)}")
     parser.add_argument("--out", required=True)
     parser.add_argument("--stage", default="grid", help="grid | main | all")
@@ -1086,7 +1086,7 @@ def main(argv=None) -> int:
                 raise ValueError(f"--num-iterations must be >= 1, got {iters}")
         if args.summarize and not pathlib.Path(args.out).is_dir():
             raise ValueError(f"--out {args.out!r} does not exist (nothing to summarise)")
-        command = "python -m tpo_core.llm.sparse " + " ".join(argv if argv is not None else sys.argv[1:])
+        command = "python -m tpo_core.lab.llm.sparse " + " ".join(argv if argv is not None else sys.argv[1:])
         run(args.budget, args.out, stage=args.stage, arms=arms, seeds=seeds, num_iterations=iters,
             cache=args.cache_dir, quiet=args.quiet, train=not args.summarize, command=command)
     except ValueError as err:

@@ -12,7 +12,7 @@ book's "silent bug" exercises use it, so that the checker shows *where* the func
 
 Usage (the pattern of the book's starter cells)::
 
-    from tpo_core import exercises
+    from tpo_core.lab import exercises
 
     def my_tpo_target(logp_old, scores, eta):
         raise NotImplementedError          # your code here
@@ -36,8 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import losses as L
-from . import tasks
+from tpo_core import losses as L
+from tpo_core import tasks
 
 __all__ = ["attempt", "check_standardize", "check_tpo_target", "check_tpo_loss_grad", "check_grpo_advantages",
            "check_k3", "check_sequence_logprob", "check_candidate_rewards", "check_group_minibatches",

@@ -23,7 +23,7 @@ episodes); errors come out in **percent** (points), steps in **episodes** (0-bas
 * ``solved`` — ever solved: the seed's error went below ``SOLVED_LEVEL`` (5 %) at some episode.
 
 **Tests between two groups** (:func:`compare`): for ``final``, ``late`` and ``steps`` a two-sided
-permutation test of equal means (:func:`tpo_core.reproduce.stats.permutation_test`) and a two-sided
+permutation test of equal means (:func:`tpo_core.lab.reproduce.stats.permutation_test`) and a two-sided
 Mann–Whitney rank test (:func:`mann_whitney`); for ``solved``, Fisher's exact test (two-sided,
 :func:`fisher_exact`) on the 2 × 2 table of never-solved and solved seeds. Steps to 10 % of a seed that never
 gets there are +inf in the rank test (ranks handle it: such a seed ranks after every seed that got there,
@@ -57,7 +57,7 @@ reference's) were compared at that size. Below it, the p-values are still comput
 verdict is drawn.
 
 The comparison of our seed means with the *paper's* numbers keeps the project's rule
-(:func:`tpo_core.reproduce.stats.verdict`, :func:`tpo_core.reproduce.stats.two_sample_verdict`).
+(:func:`tpo_core.lab.reproduce.stats.verdict`, :func:`tpo_core.lab.reproduce.stats.two_sample_verdict`).
 
 :func:`h10_comparison` applies all of this to Table 3's H = 10 headline: each method of ours against the
 reference's, and TPO against GRPO within ours and within the reference; :func:`load_h10` reads the committed
@@ -333,7 +333,7 @@ H10_RUNS = {"tpo": "tpo_H_10_P", "grpo": "grpo_H_10_P"}
 def load_h10(results=None, reference_file=None, allow_download: bool = True) -> tuple[dict, dict]:
     """(ours, reference): {method: error curves [S, T]} of the committed H = 10 per-seed runs
     (``results/table3_paper_h10``, the seeds present now; nothing is retrained) and of the reference file (see
-    ``tpo_core.reproduce.reference.reference_path``). Either is {} where it cannot be found."""
+    ``tpo_core.lab.reproduce.reference.reference_path``). Either is {} where it cannot be found."""
     from . import committed, reference as ref
 
     root = pathlib.Path(results) if results is not None else committed.find_results()

@@ -36,7 +36,7 @@ TASKS = {
         "v3": dict(num_colors=3, min_num_vertices=3, max_num_vertices=3, edge_probability=0.4),
         "v4": dict(num_colors=3, min_num_vertices=4, max_num_vertices=4, edge_probability=0.3),
         "v6": dict(num_colors=3, min_num_vertices=6, max_num_vertices=6, edge_probability=0.2),
-        # no shortcut (tpo_core.llm.spread): a constant answer solves ≈ 18 %, a random colouring ≈ 7 %
+        # no shortcut (tpo_core.lab.llm.spread): a constant answer solves ≈ 18 %, a random colouring ≈ 7 %
         "v6p5": dict(num_colors=3, min_num_vertices=6, max_num_vertices=6, edge_probability=0.5),
     }, default="v3"),
     "knights_knaves": TaskSpec("knights_knaves", {

@@ -4,17 +4,17 @@ resumable runner.
 
     python -m tpo_core reproduce --list
     python -m tpo_core reproduce table3 --budget paper-h10 --out results/table3_paper_h10
-    python -m tpo_core reproduce llm_graph_coloring --budget cpu      # PyTorch + TRL (tpo_core.llm.rlvr)
+    python -m tpo_core reproduce llm_graph_coloring --budget cpu      # PyTorch + TRL (tpo_core.lab.llm.rlvr)
     python -m tpo_core report results --out results/REPORT.md
 
-Modules, one job each: :mod:`~tpo_core.reproduce.paper_numbers` (the paper's tables, held once),
-:mod:`~tpo_core.reproduce.presets` (runs per budget), :mod:`~tpo_core.reproduce.stats` (seed SE, verdicts),
-:mod:`~tpo_core.reproduce.reference` (the reference code's per-seed curves), :mod:`~tpo_core.reproduce.seedwise`
+Modules, one job each: :mod:`~tpo_core.lab.reproduce.paper_numbers` (the paper's tables, held once),
+:mod:`~tpo_core.lab.reproduce.presets` (runs per budget), :mod:`~tpo_core.lab.reproduce.stats` (seed SE, verdicts),
+:mod:`~tpo_core.lab.reproduce.reference` (the reference code's per-seed curves), :mod:`~tpo_core.lab.reproduce.seedwise`
 (seed-by-seed statistics, rank and Fisher tests, and the rule for "consistent" / "differs" / "too few seeds"),
-:mod:`~tpo_core.reproduce.runner` (training, resuming, summaries).
+:mod:`~tpo_core.lab.reproduce.runner` (training, resuming, summaries).
 
 ``paper_numbers`` and ``stats`` need only NumPy and are imported at once; the presets and the runner build JAX
-programs and are imported on first use, so the PyTorch side (:mod:`tpo_core.llm`) can use the paper's numbers
+programs and are imported on first use, so the PyTorch side (:mod:`tpo_core.lab.llm`) can use the paper's numbers
 and the seed SE without importing JAX.
 """
 import importlib

@@ -14,7 +14,7 @@ import json
 import re
 from typing import Callable, Optional
 
-from ..config import BanditConfig, TokenConfig
+from tpo_core.config import BanditConfig, TokenConfig
 from . import paper_numbers as P
 from . import reference, seedwise, stats
 

@@ -29,7 +29,7 @@ the old policy's summed and mean log-probs and of completion length (``logp_sum_
 of the first and the last step (``completions_first_step``, ``completions_last_step``). Runs written before these
 curves existed hold NaN-free files without them; the config is unchanged, so they stay valid.
 
-    python -m tpo_core.llm.rlvr --task graph_coloring --budget smoke --out results/llm_smoke
+    python -m tpo_core.lab.llm.rlvr --task graph_coloring --budget smoke --out results/llm_smoke
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tpo_core import atomic_io
+from .. import atomic_io
 
 __all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "PRESETS", "run_rlvr", "run_preset", "summary_rows", "prediction_check",
            "measure_starting_success", "load_runs", "figure", "figure_html", "tiny_model_and_tokenizer", "main"]
@@ -174,7 +174,7 @@ def _partial_curves_callback():
             atomic_io.write_npz(self.path, **curves)
             if not self.quiet and len(curves["step"]) and logs and "loss" in logs:
                 own = ("tv", curves["tv"][-1]) if np.isfinite(curves["tv"][-1]) else ("|A|", curves["abs_advantage"][-1])
-                print(f"tpo_core.llm.rlvr: {self.label} step {len(curves['step'])}/{args.max_steps}: reward "
+                print(f"tpo_core.lab.llm.rlvr: {self.label} step {len(curves['step'])}/{args.max_steps}: reward "
                       f"{curves['reward'][-1]:.4f}, zero-variance groups {curves['zero_variance_frac'][-1]:.2f}, "
                       f"{own[0]} {own[1]:.3f} ({time.perf_counter() - self.start:.0f} s)", flush=True)
 
@@ -290,7 +290,7 @@ def run_rlvr(task: str = "graph_coloring", budget: str = "smoke", out=None, *, m
                 meta = json.loads(meta_path.read_text())
                 if meta.get("config") == config:
                     if not quiet:
-                        print(f"tpo_core.llm.rlvr: {method} seed {seed} already done in {out}, skipped", flush=True)
+                        print(f"tpo_core.lab.llm.rlvr: {method} seed {seed} already done in {out}, skipped", flush=True)
                     runs.append(meta)
                     continue
             curves, meta = _run_one(method, seed, task, setting, b, steps, out, model_path, quiet)
@@ -300,7 +300,7 @@ def run_rlvr(task: str = "graph_coloring", budget: str = "smoke", out=None, *, m
             atomic_io.write_json(meta_path, meta)
             stem.with_suffix(".partial.npz").unlink(missing_ok=True)
             if not quiet:
-                print(f"tpo_core.llm.rlvr: {method} seed {seed}: {meta['steps']} steps in {meta['seconds']:.0f} s, "
+                print(f"tpo_core.lab.llm.rlvr: {method} seed {seed}: {meta['steps']} steps in {meta['seconds']:.0f} s, "
                       f"reward {curves['reward'][0]:.3f} -> {curves['reward'][-1]:.3f}", flush=True)
             runs.append(meta)
     # every finished run in ``out`` with this config (another process may have run other methods or seeds)
@@ -327,7 +327,7 @@ def run_rlvr(task: str = "graph_coloring", budget: str = "smoke", out=None, *, m
 def summary_rows(out, runs) -> list[dict]:
     """The report's rows: per method, the reward at step 1 (the starting policy, before any update) and the
     final reward (mean over the last fifth of the steps), each as the seed mean ± SE (:func:`stats.seed_se`)."""
-    from tpo_core.reproduce.stats import seed_se
+    from ..reproduce.stats import seed_se
 
     out, rows = pathlib.Path(out), []
     for metric in SUMMARY_METRICS:
@@ -378,7 +378,7 @@ def prediction_check(out, *, tv_threshold: float = 0.3, margin: float = 0.1, fal
 
 
 def _report_fields(task, budget, config, out, runs, preset, command) -> dict:
-    from tpo_core.reproduce import paper_numbers as P
+    from ..reproduce import paper_numbers as P
 
     setup = P.LLM_SETUP
     preset = preset or next((name for name, t in PRESETS.items() if t == task), f"llm_{task}")
@@ -389,7 +389,7 @@ def _report_fields(task, budget, config, out, runs, preset, command) -> dict:
             "paper_setting": (f"verl, Qwen3-1.7B and DeepSeek-R1-Distill-Qwen-1.5B, AdamW {setup['lr']:g}, {setup['batch_prompts']} "
                               f"prompts x K = {setup['K']} per step; this repository runs "
                               f"SmolLM2-135M-Instruct through TRL"),
-            "command": command or f"python -m tpo_core.llm.rlvr --task {task} --budget {budget} --out {out}",
+            "command": command or f"python -m tpo_core.lab.llm.rlvr --task {task} --budget {budget} --out {out}",
             "metrics": list(SUMMARY_METRICS), "train_seconds": float(sum(r["seconds"] for r in runs)), "devices": 1,
             "rows": summary_rows(out, runs) if runs else []}
 
@@ -461,9 +461,9 @@ def figure(out):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from tpo_core.reproduce.stats import seed_se
+    from ..reproduce.stats import seed_se
 
-    from tpo_core.plotting import color
+    from ..figures import color
 
     out = pathlib.Path(out)
     by_method = load_runs(out)
@@ -520,7 +520,7 @@ def measure_starting_success(task: str, out, *, settings=None, n_prompts: int = 
                            max_new_tokens=max_new_tokens)
         rows = [r for r in rows if (r["task"], r["setting"]) != (task, name)] + [row]
         atomic_io.write_json(path, rows)
-        print(f"tpo_core.llm.rlvr: {task} {name}: success {row['tags']['success']:.3f} (tags) / "
+        print(f"tpo_core.lab.llm.rlvr: {task} {name}: success {row['tags']['success']:.3f} (tags) / "
               f"{row['lenient']['success']:.3f} (lenient), mean reward {row['lenient']['mean_reward']:.4f} "
               f"(lenient) over {n_prompts} x {k} samples in {row['seconds']:.0f} s", flush=True)
     return rows
@@ -529,7 +529,7 @@ def measure_starting_success(task: str, out, *, settings=None, n_prompts: int = 
 def main(argv=None) -> int:
     from .tasks import TASKS
 
-    parser = argparse.ArgumentParser(prog="python -m tpo_core.llm.rlvr", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tpo_core.lab.llm.rlvr", description=__doc__.split("\n")[0])
     parser.add_argument("--task", default="graph_coloring")
     parser.add_argument("--setting", default=None)
     parser.add_argument("--budget", default="smoke")

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from . import plotting
+from . import figures
 
 SCORE_PRESETS = ("one success", "a tie (two successes)", "half succeed", "all fail", "graded")
 LOGP_PRESETS = ("uniform", "random", "success unlikely")
@@ -25,7 +25,7 @@ EXPLORER_ETAS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 class InputError(ValueError):
     """A user input the demo or the notebook widget rejects; the message names the input and is shown in the UI
-    (``demos/explorer.py`` and :mod:`tpo_core.live` raise it)."""
+    (``demos/explorer.py`` and :mod:`tpo_core.lab.live` raise it)."""
 
 
 def check_int(name: str, value, lo: int, hi: int) -> int:
@@ -110,7 +110,7 @@ def explorer_grid(K: int = 8, etas=EXPLORER_ETAS, seed: int = 0) -> dict:
     "q": {(score preset, p_old preset): [len(etas), K]}}`` (numpy float64)."""
     import jax.numpy as jnp
 
-    from .losses import standardize, tpo_target
+    from tpo_core.losses import standardize, tpo_target
 
     K = _check_k(K)
     etas = tuple(float(e) for e in etas)
@@ -178,7 +178,7 @@ def target_explorer_figure(K: int = 8, etas=EXPLORER_ETAS, seed: int = 0, defaul
                 y=1.3, yanchor="top", showactive=True)
 
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=("p_old and the target q", "scores u and the first-epoch gradient p − q"))
-    c = plotting.color
+    c = figures.color
     for (name, colour, col), y in zip((("p_old", c("p_old"), 1), ("q (TPO target)", c("q"), 1), ("u", c("u"), 2),
                                        ("p − q at p = p_old", c("grad"), 2)), values(s0, p0, k0)):
         fig.add_trace(go.Bar(x=names, y=y, name=name, marker_color=colour,

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .train import optimizer_route
+from tpo_core.train import optimizer_route
 
 
 def rescale_run(tx: optax.GradientTransformation, params, grads, *, warm: int, after: int, scale: float,

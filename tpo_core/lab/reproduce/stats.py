@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..seeds import seed_se
 from .paper_numbers import NEVER
 
 Z95 = 1.959964
@@ -27,16 +28,6 @@ METRICS = {
     "steps_to_1pct": "steps to 1%",
     "final_greedy_error": "final greedy test error (%)",
 }
-
-
-def seed_se(x, axis=None):
-    """Standard error of the mean over seeds (sample std / √n), the one formula every report, figure and the
-    CLI use. ``axis=None``: x is one value per seed, returns a float (NaN for fewer than two seeds);
-    ``axis=0``: x is [S, ...], returns the SE of each column (NaN columns for one seed)."""
-    x = np.asarray(x, float)
-    n = x.size if axis is None else x.shape[axis]
-    se = x.std(axis=axis, ddof=1) / math.sqrt(n) if n > 1 else np.full(np.shape(x.mean(axis=axis)), np.nan)
-    return float(se) if axis is None else se
 
 
 def steps_to(curves, threshold: float = 0.01) -> Optional[int]:

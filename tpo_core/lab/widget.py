@@ -1,15 +1,15 @@
 """Live training in a notebook (Jupyter, JupyterLab, Colab): the Gradio demo's training tab as an ipywidget::
 
-    from tpo_core.widget import live_training
+    from tpo_core.lab.widget import live_training
     live_training(methods=["tpo", "grpo"], H=4, episodes=200)      # the last expression of a cell
 
 Controls for the task, the methods, the reward, H, B, K, η, the episodes and the seeds, **Train** and **Stop**
 buttons, and three plotly ``FigureWidget``\\ s redrawn in place after every chunk: the error curve, the first
 epoch's ‖∇L‖ beside the optimizer's step ‖Δθ‖, and one tracked group's p before each epoch against TPO's target q
-(with a slider to scrub through the episodes). Training runs on the demo's engine, :mod:`tpo_core.live`
-(:func:`~tpo_core.live.validate` turns the controls into a request, :func:`~tpo_core.live.stream` trains it chunk
+(with a slider to scrub through the episodes). Training runs on the demo's engine, :mod:`tpo_core.lab.live`
+(:func:`~tpo_core.lab.live.validate` turns the controls into a request, :func:`~tpo_core.lab.live.stream` trains it chunk
 by chunk) in a background thread, so the kernel stays responsive and **Stop** ends the run between two chunks (a
-chunk is one compiled call and cannot be cut short). A bad control value shows :func:`~tpo_core.live.validate`'s
+chunk is one compiled call and cannot be cut short). A bad control value shows :func:`~tpo_core.lab.live.validate`'s
 message in the widget.
 
 Where no kernel will be there to train (the Jupyter Book build, ``TPO_BOOK_BUILD=1``), displaying the widget
@@ -25,14 +25,14 @@ import re
 import sys
 import threading
 
-from . import live, plotting
-from . import methods as M
+from . import live, figures
+from tpo_core import methods as M
 
 DEFAULTS = dict(task="token reversal", methods=("tpo", "grpo"), reward="terminal", H=4, B=32, K=8, eta=1.0,
                 episodes=200, n_seeds=1, seed=0, bandit_steps=1000)
 FIGURES = ("error", "grad", "pq")
 UIREVISION = "tpo-live"   # plotly keeps the reader's zoom and legend clicks across the per-chunk redraws
-TEMPLATE = "plotly_white"  # the book's and the demo's (tpo_core.plotting.setup), without changing plotly's default
+TEMPLATE = "plotly_white"  # the book's and the demo's (tpo_core.lab.figures.setup), without changing plotly's default
 
 
 def book_build() -> bool:
@@ -121,7 +121,7 @@ def placeholder(title: str, note: str):
 
 class LiveTraining:
     """The live training widget. Keyword arguments set the controls' starting values (those of
-    :func:`tpo_core.live.validate`: ``task``, ``methods``, ``reward``, ``H``, ``B``, ``K``, ``eta``, ``episodes``,
+    :func:`tpo_core.lab.live.validate`: ``task``, ``methods``, ``reward``, ``H``, ``B``, ``K``, ``eta``, ``episodes``,
     ``n_seeds``, ``seed``, ``bandit_steps``); ``snapshot`` overrides some of them for the static snapshot shown in
     the book build (e.g. fewer episodes). Display it (last expression of a cell) or use its ``widget``.
 
@@ -157,7 +157,7 @@ class LiveTraining:
 
     @property
     def controls(self) -> dict:
-        """The input widgets by name (the keyword arguments of :func:`tpo_core.live.validate`)."""
+        """The input widgets by name (the keyword arguments of :func:`tpo_core.lab.live.validate`)."""
         self.widget  # noqa: B018 (builds them)
         return self._controls
 
@@ -260,7 +260,7 @@ class LiveTraining:
 
     # ---------------------------------------------------------------------------------------- actions
     def values(self) -> dict:
-        """The controls' current values, as :func:`tpo_core.live.validate` takes them."""
+        """The controls' current values, as :func:`tpo_core.lab.live.validate` takes them."""
         return {k: (list(w.value) if k == "methods" else w.value) for k, w in self.controls.items()}
 
     @property
@@ -345,7 +345,7 @@ class LiveTraining:
 
     # ---------------------------------------------------------------------------------------- the book
     def snapshot(self) -> tuple:
-        """Train the starting values (with ``snapshot``'s overrides) to the end through :func:`tpo_core.live.stream`;
+        """Train the starting values (with ``snapshot``'s overrides) to the end through :func:`tpo_core.lab.live.stream`;
         (request, last history, [error, grad, pq figures]). What the static book shows."""
         req = live.validate(**{**self.defaults, **self.snapshot_values})
         hist = None
@@ -358,10 +358,10 @@ class LiveTraining:
         from IPython.display import HTML, display
 
         req, hist, figs = self.snapshot()
-        if plotting._BOOK_RENDERER not in pio.renderers:
-            plotting._register_book_renderer()
+        if figures._BOOK_RENDERER not in pio.renderers:
+            figures._register_book_renderer()
         for fig in figs:  # the book's renderer: text/html without plotly.js (the page loads it once)
-            pio.show(fig, renderer=plotting._BOOK_RENDERER)
+            pio.show(fig, renderer=figures._BOOK_RENDERER)
         names = " and ".join(M.REGISTRY[m].title for m, _ in req.configs)
         scale = 1 if req.task == "token reversal" else live.BANDIT_EVAL_EVERY
         display(HTML(f"<p><em>A snapshot: {names}, {hist['done'] * scale} {req.unit}s of the {req.task} task, "

@@ -22,11 +22,11 @@ import numpy as np
 import optax
 from flax import nnx
 
-from . import losses as L
-from . import runtime
-from .config import TokenConfig
-from .models import Transformer
-from .train import make_token_program
+from tpo_core import losses as L
+from tpo_core import runtime
+from tpo_core.config import TokenConfig
+from tpo_core.models import Transformer
+from tpo_core.train import make_token_program
 
 
 def gradient_split(cfg: TokenConfig):
