@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from tpo_core import config, runtime, train
+
 from . import atomic_io, mnist, report, reproduce
 from .reproduce import stats
 

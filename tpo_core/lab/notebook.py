@@ -11,8 +11,9 @@ import time
 
 import jax
 
-from . import figures
 from tpo_core.runtime import enable_compile_cache
+
+from . import figures
 
 
 def quick_mode() -> bool:

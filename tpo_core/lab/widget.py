@@ -25,8 +25,9 @@ import re
 import sys
 import threading
 
-from . import live, figures
 from tpo_core import methods as M
+
+from . import figures, live
 
 DEFAULTS = dict(task="token reversal", methods=("tpo", "grpo"), reward="terminal", H=4, B=32, K=8, eta=1.0,
                 episodes=200, n_seeds=1, seed=0, bandit_steps=1000)

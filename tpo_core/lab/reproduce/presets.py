@@ -15,6 +15,7 @@ import re
 from typing import Callable, Optional
 
 from tpo_core.config import BanditConfig, TokenConfig
+
 from . import paper_numbers as P
 from . import reference, seedwise, stats
 

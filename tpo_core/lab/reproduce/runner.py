@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tpo_core import train
+
 from .. import atomic_io
 from . import stats
 from .presets import ENGINE, Run, get
