@@ -15,8 +15,8 @@ import numpy as np
 
 from tpo_core import config, runtime, train
 
-from . import atomic_io, mnist, report, reproduce
-from .reproduce import stats
+from . import atomic_io, mnist, report
+from .reproduce import experiments, stats
 
 TASKS = ("reversal", "mnist")
 
@@ -169,78 +169,44 @@ def cmd_train(args) -> int:
 def _add_reproduce(sub):
     p = sub.add_parser("reproduce", help="reproduce a table or ablation of the paper")
     p.add_argument("name", nargs="?", help="preset name (see --list)")
-    p.add_argument("--list", action="store_true", help="list the presets and exit")
-    p.add_argument("--budget", default="cpu", help="smoke | cpu | paper (table3 also: paper-h10, paper-h7)")
+    p.add_argument("--list", action="store_true", help="list the experiments and their budgets, and exit")
+    p.add_argument("--budget", default="cpu", help="one of the experiment's budgets (see --list)")
     p.add_argument("--seeds", type=_positive_int("seeds"), default=None, help="number of seeds (default: the budget's)")
     p.add_argument("--out", default=None, help="results folder (default results/<name>)")
-    p.add_argument("--chunk", type=_positive_int("chunk"), default=None, help="episodes per streamed chunk")
+    p.add_argument("--chunk", type=_positive_int("chunk"), default=None, help="episodes per streamed chunk (JAX)")
     p.add_argument("--only", default=None, metavar="RUN[,RUN]",
-                   help="train only these runs (e.g. tpo_H_10_P), so several processes can share one --out; "
-                        "the summary is written by whichever finishes the last run")
+                   help="train only these runs (a JAX preset's runs, e.g. tpo_H_10_P; an LLM experiment's methods), "
+                        "so several processes can share one --out; the summary is written by whichever finishes "
+                        "the last run")
     p.add_argument("--partial", action="store_true",
                    help="train nothing: write the summary of the seeds finished so far (a run in progress)")
     p.add_argument("--distributed", action="store_true",
-                   help="call jax.distributed.initialize() first (several hosts, one process each)")
+                   help="call jax.distributed.initialize() first (JAX; several hosts, one process each)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_reproduce)
 
 
 def cmd_reproduce(args) -> int:
-    if args.distributed:  # before any JAX computation
-        import jax
-        jax.distributed.initialize()
-    from .llm import rlvr as llm_rlvr  # NumPy only at import; PyTorch and TRL load when an LLM run starts
-
-    from .llm import sparse as llm_sparse  # likewise NumPy only at import
-
+    """Every experiment, JAX or LLM, through the registry: the flags given are passed on, and an experiment
+    refuses one that does not apply to it (one line, exit 2)."""
     if args.list:
-        print(reproduce.list_text())
-        print(llm_rlvr.list_text())
-        print(llm_sparse.list_text())
+        print(experiments.list_text())
         return 0
-    names = [*reproduce.PRESETS, *llm_rlvr.PRESETS, *llm_sparse.PRESETS]
     if not args.name:
-        raise ValueError("name is required (or --list); choose from " + ", ".join(names))
-    if args.name in llm_rlvr.PRESETS:
-        return _reproduce_llm(args, llm_rlvr)
-    if args.name in llm_sparse.PRESETS:
-        return _reproduce_llm(args, llm_sparse)
-    if args.name not in reproduce.PRESETS:
-        raise ValueError(f"unknown preset {args.name!r}; choose from " + ", ".join(names))
-    reproduce.check_budget(args.budget, reproduce.get(args.name))
-    runtime.enable_compile_cache()
-    out = args.out or f"results/{args.name}"
+        raise ValueError("name is required (or --list); choose from " + ", ".join(experiments.names()))
+    experiment = experiments.get(args.name)
+    out = args.out or str(experiment.default_out(args.budget))
     command = f"python -m tpo_core reproduce {args.name} --budget {args.budget}" + (
         f" --seeds {args.seeds}" if args.seeds else "") + f" --out {out}"
     only = None if args.only is None else [k.strip() for k in args.only.split(",") if k.strip()]
-    summary = reproduce.run_preset(args.name, args.budget, out, chunk=args.chunk, progress=not args.quiet,
-                                   command=command, seeds=args.seeds, only=only, partial=args.partial)
+    summary = experiment.train(args.budget, out, seeds=args.seeds, only=only, partial=args.partial,
+                               progress=not args.quiet, command=command, chunk=args.chunk,
+                               distributed=args.distributed)
     if summary is None:
-        print(f"trained {', '.join(only)}; {out}/summary.json is written once every run of the preset is done")
-    elif reproduce.runner.is_main_process():
-        print(report.to_markdown([summary]))
-        print(f"wrote {out}/summary.json, {out}/figure.html and {len(summary['rows'])} rows")
-    return 0
-
-
-def _reproduce_llm(args, module) -> int:
-    """An LLM preset (PyTorch + TRL; ``module`` is ``llm.rlvr`` or ``llm.sparse``): --only names its methods
-    (arms) so that two processes can share one --out."""
-    for flag, value in (("--chunk", args.chunk), ("--distributed", args.distributed or None)):
-        if value is not None:
-            raise ValueError(f"{flag} does not apply to {args.name} (a PyTorch + TRL run, not the JAX engine)")
-    methods = None
-    if args.only is not None:
-        methods = [k.strip() for k in args.only.split(",") if k.strip()]
-        known = module.METHODS
-        bad = [m for m in methods if m not in known]
-        if bad or not methods:
-            raise ValueError(f"only must name methods of {args.name} ({', '.join(known)}), "
-                             f"got {', '.join(bad) or 'nothing'}")
-    summary = module.run_preset(args.name, args.budget, args.out, seeds=args.seeds, methods=methods,
-                                partial=args.partial, quiet=args.quiet)
+        if only is not None:
+            print(f"trained {', '.join(only)}; {out}/summary.json is written once every run of the preset is done")
+        return 0
     print(report.to_markdown([summary]))
-    out = args.out or module.default_out(args.name, args.budget)
     print(f"wrote {out}/summary.json, {out}/figure.html and {len(summary['rows'])} rows")
     return 0
 

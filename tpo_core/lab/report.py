@@ -14,9 +14,7 @@ import json
 import math
 import pathlib
 
-from .reproduce import PRESETS
-from .llm.rlvr import SUMMARY_METRICS as LLM_METRICS
-from .reproduce.stats import METRICS
+from .reproduce import experiments
 
 HEADER = ["run", "metric", "ours ± SE", "paper ± SE", "δ", "verdict", "seeds × length"]
 
@@ -40,8 +38,8 @@ def load_summaries(directory) -> list[dict]:
         if notes.exists():
             s["findings"] = notes.read_text().strip()
         summaries.append(s)
-    order = {name: i for i, name in enumerate(PRESETS)}
-    return sorted(summaries, key=lambda s: (order.get(s["preset"], 99), s["budget"]))
+    order = {name: i for i, name in enumerate(experiments.names())}   # the registry's order: JAX, then LLM
+    return sorted(summaries, key=lambda s: (order.get(s["preset"], len(order)), s["budget"]))
 
 
 def _fmt(value, metric) -> str:
@@ -60,13 +58,26 @@ def _fmt_se(se, metric) -> str:
     return f"{se:.0f}" if metric == "steps_to_1pct" else f"{se:.2f}"
 
 
-def _engine_text(s) -> str:
-    if s.get("kind") == "llm":
-        return "PyTorch + TRL (tpo_core.lab.llm.rlvr), not the JAX engine"
-    engines = s.get("engine") or [1]
-    if engines == [1]:
-        return "engine 1 (trained before the q/k/v attention biases were routed to Muon as in the reference)"
-    return "engine " + ", ".join(map(str, engines))
+class _Unregistered:
+    """How a summary of an experiment this package no longer has reads: its own claim, metric keys, no notes."""
+
+    def __init__(self, summary: dict):
+        self.claim = summary["claim"]
+
+    def metric_label(self, metric: str) -> str:
+        return metric
+
+    def rows(self, summary: dict) -> list[dict]:
+        return experiments.labelled_rows(summary, self.metric_label)
+
+    def notes(self, summary: dict) -> str:
+        return "an experiment this package no longer has"
+
+
+def experiment_of(summary: dict):
+    """The registry's experiment of a summary (by its ``preset`` name): it says what differs between experiments
+    (its current claim, its metrics' names, its rows, what trained it)."""
+    return experiments.find(summary.get("preset")) or _Unregistered(summary)
 
 
 def _partial_text(s) -> str:
@@ -78,7 +89,7 @@ def _partial_text(s) -> str:
 
 
 def row_cells(r: dict) -> list[str]:
-    """One summary row as table cells (shared by markdown and HTML)."""
+    """One row of :meth:`Experiment.rows <tpo_core.lab.reproduce.experiments.Experiment.rows>` as table cells."""
     metric = r["metric"]
     if not r.get("comparable", False):
         paper, delta, verdict = "no paper number at this setting", "", "—"
@@ -88,7 +99,7 @@ def row_cells(r: dict) -> list[str]:
             paper += f" ± {_fmt_se(r['paper_se'], metric)}"
         delta = "" if r.get("resolution") is None else f"{r['resolution']:g}"
         verdict = r.get("verdict") or ("no SE (one seed)" if r.get("paper") is not None else "—")
-    return [r["key"], METRICS.get(metric) or LLM_METRICS.get(metric, metric), f"{_fmt(r['ours'], metric)} ± {_fmt_se(r['se'], metric)}",
+    return [r["key"], r.get("metric_label", metric), f"{_fmt(r['ours'], metric)} ± {_fmt_se(r['se'], metric)}",
             paper, delta, verdict, f"{len(r['seeds'])} × {r['length']}"]
 
 
@@ -175,82 +186,98 @@ def seedwise_table(sw: dict) -> list[str]:
     return lines
 
 
-def _claim(s: dict) -> str:
-    """The paper's claim of a summary's preset: the preset's current wording (the paper's claims are held once, in
-    :mod:`tpo_core.lab.reproduce.presets`), else the text saved in the summary (a preset this package no longer has)."""
-    from .reproduce.presets import PRESETS
+VERDICT_RULE = [("Verdict rule: the 95% interval of (ours − paper), from our seed SE and the paper's where its seeds "
+                 "are known, must lie inside ±δ to be ", ""), ("consistent", "i"),
+                ("; it is ", ""), ("inconsistent", "i"), (" when it lies entirely outside ±δ; otherwise ", ""),
+                ("inconclusive", "i"), (" (too few seeds for the effect). δ is the effect the comparison must resolve "
+                                        "(Table 3: half the paper's TPO–GRPO gap in that column).", "")]
 
-    preset = PRESETS.get(s.get("preset"))
-    return preset.claim if preset is not None else s["claim"]
+
+def blocks(summaries: list[dict], command: str | None = None) -> list[tuple]:
+    """The report, walked once, as blocks that :func:`to_markdown` and :func:`to_html` both write:
+    ``("h", level, spans)``, ``("p", spans)``, ``("table", header, rows of cells, verdict class per row)`` and
+    ``("md", markdown lines)`` (a table already in markdown). A span is ``(text, style)``, style ``""``, ``"b"``
+    (bold), ``"i"`` (italic) or ``"code"``. What differs between experiments comes from the registry
+    (:func:`experiment_of`)."""
+    if isinstance(summaries, dict):
+        summaries = [summaries]
+    out = [("h", 1, [("Reproduction report", "")])]
+    if command:
+        out.append(("p", [("Produced by ", ""), (command, "code"), (" from the summaries below.", "")]))
+    out += [("p", [(headline(summaries), "")]), ("p", VERDICT_RULE)]
+    for s in summaries:
+        experiment = experiment_of(s)
+        out += [("h", 2, [(f"{s['title']} — ", ""), (s["preset"], "code"), (", budget ", ""), (s["budget"], "code"),
+                          (_partial_text(s), "")]),
+                ("p", [("Paper's claim.", "b"), (f" {experiment.claim}", "")]),
+                ("p", [("Paper's setting.", "b"), (f" {s['paper_setting']}. ", ""), ("This run.", "b"),
+                       (f" {s['budget_note']}.", "")]),
+                ("p", [("Command.", "b"), (" ", ""), (s["command"], "code"),
+                       (f" — {s.get('train_seconds', 0):.0f} s of training on {s.get('devices', 1)} device(s); "
+                        f"{experiment.notes(s)}.", "")])]
+        if s.get("data_source"):
+            out.append(("p", [("Data.", "b"), (f" {s['data_source']}", "")]))
+        rows = experiment.rows(s)
+        out.append(("table", HEADER, [row_cells(r) for r in rows],
+                    [r.get("verdict") if r.get("comparable") else None for r in rows]))
+        if "order" in s:
+            o = s["order"]
+            out.append(("p", [(f"Order by final error — ours: {' < '.join(o['ours'])}; paper: {' < '.join(o['paper'])} "
+                               f"(Kendall τ over the paper's methods = {o['kendall_tau']:.2f}).", "")]))
+        if "reference" in s:
+            out.append(("md", reference_table(s["reference"])))
+        if "seedwise" in s:
+            out.append(("md", seedwise_table(s["seedwise"])))
+        if s.get("findings"):
+            out.append(("p", [("Findings.", "b"), (" " + s["findings"], "")]))
+    return out
+
+
+_MD = {"": "{}", "b": "**{}**", "i": "*{}*", "code": "`{}`"}
+_HTML = {"": "{}", "b": "<b>{}</b>", "i": "<i>{}</i>", "code": "<code>{}</code>"}
 
 
 def to_markdown(summaries: list[dict], command: str | None = None) -> str:
-    """One markdown document: per preset, the claim, the budget, the command and a comparison table."""
-    if isinstance(summaries, dict):
-        summaries = [summaries]
-    lines = ["# Reproduction report", ""] + ([f"Produced by `{command}` from the summaries below.", ""] if command else [])
-    lines += [headline(summaries), "",
-              "Verdict rule: the 95% interval of (ours − paper), from our seed SE and the paper's where its seeds "
-              "are known, must lie inside ±δ to be *consistent*; it is *inconsistent* when it lies entirely outside "
-              "±δ; otherwise *inconclusive* (too few seeds for the effect). δ is the effect the "
-              "comparison must resolve (Table 3: half the paper's TPO–GRPO gap in that column).", ""]
-    for s in summaries:
-        lines += [f"## {s['title']} — `{s['preset']}`, budget `{s['budget']}`{_partial_text(s)}", "",
-                  f"**Paper's claim.** {_claim(s)}", "",
-                  f"**Paper's setting.** {s['paper_setting']}. **This run.** {s['budget_note']}.", "",
-                  f"**Command.** `{s['command']}` — {s.get('train_seconds', 0):.0f} s of training on "
-                  f"{s.get('devices', 1)} device(s); {_engine_text(s)}.", ""]
-        if s.get("data_source"):
-            lines += [f"**Data.** {s['data_source']}", ""]
-        lines += ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row_cells(r)) + " |" for r in s["rows"]]
-        lines.append("")
-        if "order" in s:
-            o = s["order"]
-            lines += [f"Order by final error — ours: {' < '.join(o['ours'])}; paper: {' < '.join(o['paper'])} "
-                      f"(Kendall τ over the paper's methods = {o['kendall_tau']:.2f}).", ""]
-        if "reference" in s:
-            lines += reference_table(s["reference"])
-        if "seedwise" in s:
-            lines += seedwise_table(s["seedwise"])
-        if s.get("findings"):
-            lines += ["**Findings.** " + s["findings"], ""]
+    """One markdown document: per experiment, the claim, the budget, the command and a comparison table."""
+    spans = lambda sp: "".join(_MD[style].format(text) for text, style in sp)  # noqa: E731
+    lines = []
+    for block in blocks(summaries, command):
+        if block[0] == "h":
+            lines += ["#" * block[1] + " " + spans(block[2]), ""]
+        elif block[0] == "p":
+            lines += [spans(block[1]), ""]
+        elif block[0] == "table":
+            _, header, rows, _ = block
+            lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in rows] + [""]
+        else:
+            lines += block[1]
     return "\n".join(lines)
 
 
-def to_html(summaries: list[dict]) -> str:
-    """The same content as :func:`to_markdown` as a standalone HTML page."""
-    if isinstance(summaries, dict):
-        summaries = [summaries]
+def to_html(summaries: list[dict], command: str | None = None) -> str:
+    """The same content as :func:`to_markdown` (the same :func:`blocks`) as a standalone HTML page."""
     e = html.escape
+    spans = lambda sp: "".join(_HTML[style].format(e(text)) for text, style in sp)  # noqa: E731
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>TPO reproduction report</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:3px 8px}td.inconsistent{color:#b00;font-weight:bold}</style>"
-             "</head><body>", "<h1>Reproduction report</h1>", f"<p>{e(headline(summaries))}</p>"]
-    for s in summaries:
-        parts += [f"<h2>{e(s['title'])} — <code>{e(s['preset'])}</code>, budget <code>{e(s['budget'])}</code>"
-                  f"{e(_partial_text(s))}</h2>",
-                  f"<p><b>Paper's claim.</b> {e(_claim(s))}</p>",
-                  f"<p><b>Paper's setting.</b> {e(s['paper_setting'])}. <b>This run.</b> {e(s['budget_note'])}.</p>",
-                  f"<p><b>Command.</b> <code>{e(s['command'])}</code></p>",
-                  "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in HEADER) + "</tr>"]
-        for r in s["rows"]:
-            cells = row_cells(r)
-            verdict = r.get("verdict") if r.get("comparable") else None
-            parts.append("<tr>" + "".join(
-                f"<td class='{e(verdict)}'>{e(c)}</td>" if i == 5 and verdict else f"<td>{e(c)}</td>"
-                for i, c in enumerate(cells)) + "</tr>")
-        parts.append("</table>")
-        if "order" in s:
-            o = s["order"]
-            parts.append(f"<p>Order by final error — ours: {e(' < '.join(o['ours']))}; paper: "
-                         f"{e(' < '.join(o['paper']))} (Kendall τ {o['kendall_tau']:.2f}).</p>")
-        if "reference" in s:
-            parts.append("<pre>" + e("\n".join(reference_table(s["reference"]))) + "</pre>")
-        if "seedwise" in s:
-            parts.append("<pre>" + e("\n".join(seedwise_table(s["seedwise"]))) + "</pre>")
-        if s.get("findings"):
-            parts.append(f"<p><b>Findings.</b> {e(s['findings'])}</p>")
+             "</head><body>"]
+    for block in blocks(summaries, command):
+        if block[0] == "h":
+            parts.append(f"<h{block[1]}>{spans(block[2])}</h{block[1]}>")
+        elif block[0] == "p":
+            parts.append(f"<p>{spans(block[1])}</p>")
+        elif block[0] == "table":
+            _, header, rows, verdicts = block
+            parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
+            for cells, verdict in zip(rows, verdicts):
+                parts.append("<tr>" + "".join(
+                    f"<td class='{e(verdict)}'>{e(c)}</td>" if i == 5 and verdict else f"<td>{e(c)}</td>"
+                    for i, c in enumerate(cells)) + "</tr>")
+            parts.append("</table>")
+        else:
+            parts.append("<pre>" + e("\n".join(block[1])) + "</pre>")
     parts.append("</body></html>")
     return "\n".join(parts)
 

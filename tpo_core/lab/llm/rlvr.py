@@ -48,8 +48,11 @@ import numpy as np
 
 from .. import atomic_io
 
+from ..reproduce import experiments
+
 __all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "PRESETS", "run_rlvr", "run_preset", "summary_rows", "prediction_check",
-           "measure_starting_success", "load_runs", "figure", "figure_html", "tiny_model_and_tokenizer", "main"]
+           "measure_starting_success", "load_runs", "figure", "figure_html", "tiny_model_and_tokenizer", "main",
+           "EXPERIMENTS", "RlvrExperiment", "paper_claim"]
 
 METHODS = ("tpo", "grpo", "tpo_mean")
 _SPREADS = tuple(f"{x}_{s}" for x in ("logp_sum", "logp_mean", "length") for s in ("std", "range"))
@@ -382,10 +385,9 @@ def _report_fields(task, budget, config, out, runs, preset, command) -> dict:
 
     setup = P.LLM_SETUP
     preset = preset or next((name for name, t in PRESETS.items() if t == task), f"llm_{task}")
-    claim = P.LLM.get(task, "the paper runs no LLM experiment on this task")
     return {"preset": preset, "budget": budget, "kind": "llm",
             "title": f"LLM RLVR in miniature: TPO vs GRPO on Reasoning Gym {task} ({config['setting']})",
-            "claim": f"{claim} (verl; §3.8, App. G)",
+            "claim": paper_claim(task),
             "paper_setting": (f"verl, Qwen3-1.7B and DeepSeek-R1-Distill-Qwen-1.5B, AdamW {setup['lr']:g}, {setup['batch_prompts']} "
                               f"prompts x K = {setup['K']} per step; this repository runs "
                               f"SmolLM2-135M-Instruct through TRL"),
@@ -394,13 +396,15 @@ def _report_fields(task, budget, config, out, runs, preset, command) -> dict:
             "rows": summary_rows(out, runs) if runs else []}
 
 
-def default_out(name: str, budget: str) -> pathlib.Path:
-    """Where a preset writes when no ``out`` is given."""
-    return pathlib.Path(f"results/{name}_{budget}")
+def paper_claim(task: str) -> str:
+    """The paper's claim on ``task`` (:data:`tpo_core.lab.reproduce.paper_numbers.LLM`), with where it stands."""
+    from ..reproduce import paper_numbers as P
+
+    return f"{P.LLM.get(task, 'the paper runs no LLM experiment on this task')} (verl; §3.8, App. G)"
 
 
 def run_preset(name: str, budget: str, out=None, *, seeds: int | None = None, methods=None, partial: bool = False,
-               quiet: bool = False) -> dict:
+               quiet: bool = False, command: str | None = None) -> dict:
     """``python -m tpo_core reproduce llm_graph_coloring --budget cpu``: :func:`run_rlvr` on the preset's task
     at its default setting, TPO and GRPO (``methods`` to split them across processes), ``seeds`` seeds
     (default: the budget's). ``partial``: summarise the finished runs, train nothing."""
@@ -410,24 +414,68 @@ def run_preset(name: str, budget: str, out=None, *, seeds: int | None = None, me
         raise ValueError(f"budget must be one of {', '.join(BUDGETS)} for {name}, got {budget!r}")
     if seeds is not None and not (isinstance(seeds, int) and seeds >= 1):
         raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
-    out = pathlib.Path(out) if out else default_out(name, budget)
-    command = f"python -m tpo_core reproduce {name} --budget {budget}" + (f" --seeds {seeds}" if seeds else "") + \
-        f" --out {out}"
+    out = pathlib.Path(out) if out else EXPERIMENTS[name].default_out(budget)
+    command = command or (f"python -m tpo_core reproduce {name} --budget {budget}" + (f" --seeds {seeds}" if seeds else "")
+                          + f" --out {out}")
     return run_rlvr(PRESETS[name], budget, out, methods=tuple(methods or PRESET_METHODS),
                     seeds=None if seeds is None else tuple(range(seeds)), quiet=quiet, train=not partial,
                     preset=name, command=command)
 
 
-def list_text() -> str:
-    """The LLM presets for ``python -m tpo_core reproduce --list``."""
-    lines = []
-    for name, task in PRESETS.items():
-        lines.append(f"{name:12s} LLM RLVR in miniature: SmolLM2-135M, TPO vs GRPO on Reasoning Gym {task} "
-                     f"(PyTorch + TRL)")
-        for b, budget in BUDGETS.items():
-            lines.append(f"{'':12s}   {b:9s}: {budget.steps} steps x {budget.prompts_per_step} prompt(s) x K = {budget.k}, "
-                         f"{len(budget.seeds)} seed(s); {budget.note}")
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class RlvrExperiment:
+    """One Reasoning Gym task as an experiment of the registry (:class:`tpo_core.lab.reproduce.experiments.Experiment`):
+    TPO and GRPO at the task's default setting, budgets :data:`BUDGETS`; ``only`` names methods (:data:`METHODS`),
+    so two processes can share one ``out``."""
+
+    name: str
+    task: str
+    budgets: tuple = tuple(BUDGETS)
+
+    @property
+    def title(self) -> str:
+        return f"LLM RLVR in miniature: SmolLM2-135M, TPO vs GRPO on Reasoning Gym {self.task} (PyTorch + TRL)"
+
+    @property
+    def claim(self) -> str:
+        return paper_claim(self.task)
+
+    def budget_note(self, budget: str) -> str:
+        return BUDGETS[budget].note
+
+    def plan(self, budget: str) -> list:
+        return [{"method": m, "seed": s} for m in PRESET_METHODS for s in BUDGETS[budget].seeds]
+
+    def default_out(self, budget: str) -> pathlib.Path:
+        return pathlib.Path(f"results/{self.name}_{budget}")
+
+    def train(self, budget: str, out=None, *, seeds: int | None = None, only=None, partial: bool = False,
+              progress: bool = True, command: str | None = None, **options) -> dict:
+        experiments.refuse_options(self, options, "a PyTorch + TRL run, not the JAX engine")
+        if only is not None:
+            bad = [m for m in only if m not in METHODS]
+            if bad or not only:
+                raise ValueError(f"only must name methods of {self.name} ({', '.join(METHODS)}), "
+                                 f"got {', '.join(bad) or 'nothing'}")
+        return run_preset(self.name, budget, out, seeds=seeds, methods=only, partial=partial, quiet=not progress,
+                          command=command)
+
+    def metric_label(self, metric: str) -> str:
+        return SUMMARY_METRICS.get(metric, metric)
+
+    def rows(self, summary: dict) -> list[dict]:
+        return experiments.labelled_rows(summary, self.metric_label)
+
+    def notes(self, summary: dict) -> str:
+        return f"PyTorch + TRL ({__name__}), not the JAX engine"
+
+    def list_text(self) -> str:
+        return "\n".join([f"{self.name:12s} {self.title}"] + experiments.budget_lines(
+            {b: f"{x.steps} steps x {x.prompts_per_step} prompt(s) x K = {x.k}, {len(x.seeds)} seed(s); {x.note}"
+             for b, x in BUDGETS.items()}))
+
+
+EXPERIMENTS = {name: RlvrExperiment(name, task) for name, task in PRESETS.items()}   # this family's registry part
 
 
 FIGURE_PANELS = (("reward", "mean reward"), ("zero_variance_frac", "groups with no signal"),

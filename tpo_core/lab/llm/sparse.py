@@ -77,14 +77,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import atomic_io
+from ..reproduce import experiments
 
 __all__ = ["Budget", "BUDGETS", "ARMS", "SETTING", "FILLER", "RESOLUTION", "PRESETS", "tokenizer", "make_model",
            "make_puzzles", "heldout_puzzles", "prompt_text", "answer_text", "decode_answer", "score_text",
            "ColoringReward", "proper_matrix", "baselines", "sample_filler_lengths", "warm_start", "evaluate",
-           "logprob_spread", "sft_colourings", "PRIMARY", "choose_lr", "run", "run_preset", "summarize", "figure", "figure_html", "main"]
+           "logprob_spread", "sft_colourings", "PRIMARY", "choose_lr", "run", "run_preset", "summarize", "figure", "figure_html", "main",
+           "CLAIM", "EXPERIMENTS", "SparseExperiment"]
 
 ARMS = ("tpo_mean", "tpo_sum", "grpo")
-METHODS = ARMS                   # the name tpo_core.lab.cli reads
 STAGES = ("grid", "main", "all")
 N_VERTICES, N_COLORS, EDGE_P = 6, 3, 0.5
 SETTING = dict(num_colors=N_COLORS, min_num_vertices=N_VERTICES, max_num_vertices=N_VERTICES, edge_probability=EDGE_P)
@@ -94,6 +95,7 @@ FILLER = ("hm", "so", "ok", "um")  # the free "thinking" prefix
 MAX_FILLER = 24
 RESOLUTION = 0.05                # δ of the arm-vs-arm verdicts, in held-out success
 PRESETS = {"llm_sparse_coloring": "graph colouring, 6 vertices, 3 colours, p = 0.5, binary reward"}
+CLAIM = "GRPO collapses on graph colouring while TPO reaches about 0.96 (Kaddour 2026, §3.8, App. G; verl, Qwen3-1.7B)"
 
 EDGE_WORDS = [f"e{i}{j}" for i in range(N_VERTICES) for j in range(i + 1, N_VERTICES)]
 ANSWER_WORDS = [f"{v}:{c}" for v in range(N_VERTICES) for c in range(1, N_COLORS + 1)]
@@ -904,8 +906,7 @@ def summarize(out, budget: str, b: Budget | None = None, *, command: str | None 
         "preset": "llm_sparse_coloring", "budget": budget, "kind": "llm",
         "title": "Sparse-reward LM miniature: TPO (mean, sum) vs TRL's GRPO, a small Llama on Reasoning Gym "
                  "graph colouring (6 vertices, 3 colours, p = 0.5, binary reward)",
-        "claim": "GRPO collapses on graph colouring while TPO reaches about 0.96 (Kaddour 2026, §3.8, App. G; "
-                 "verl, Qwen3-1.7B)",
+        "claim": CLAIM,
         "paper_setting": "verl, Qwen3-1.7B and DeepSeek-R1-Distill-Qwen-1.5B, 16 prompts x K = 16, AdamW 1e-5; this "
                          f"repository runs a {warm and next(iter(warm.values()))['n_parameters'] or '?'}-parameter Llama "
                          "trained from scratch through TRL's trainers",
@@ -1002,14 +1003,10 @@ def figure_html(out, b: Budget) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # entry points
 
-def default_out(name: str, budget: str) -> pathlib.Path:
-    return pathlib.Path(f"results/{name}_{budget}")
-
-
 def run_preset(name: str, budget: str, out=None, *, seeds: int | None = None, methods=None, partial: bool = False,
-               quiet: bool = False) -> dict:
+               quiet: bool = False, command: str | None = None) -> dict:
     """``python -m tpo_core reproduce llm_sparse_coloring --budget B``: both stages (grid, then main), every arm
-    (or ``arms``), ``seeds`` main seeds (0..seeds-1; default the budget's). ``partial``: summarise only."""
+    (or ``methods``), ``seeds`` main seeds (0..seeds-1; default the budget's). ``partial``: summarise only."""
     if name not in PRESETS:
         raise ValueError(f"name must be one of {', '.join(PRESETS)}, got {name!r}")
     if budget not in BUDGETS:
@@ -1017,9 +1014,9 @@ def run_preset(name: str, budget: str, out=None, *, seeds: int | None = None, me
     if seeds is not None and not (isinstance(seeds, int) and seeds >= 1):
         raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
     arms = methods
-    out = pathlib.Path(out) if out else default_out(name, budget)
-    command = f"python -m tpo_core reproduce {name} --budget {budget}" + (f" --seeds {seeds}" if seeds else "") + \
-        f" --out {out}"
+    out = pathlib.Path(out) if out else EXPERIMENTS[name].default_out(budget)
+    command = command or (f"python -m tpo_core reproduce {name} --budget {budget}" + (f" --seeds {seeds}" if seeds else "")
+                          + f" --out {out}")
     if partial and not out.is_dir():
         raise ValueError(f"out={str(out)!r} holds no finished run (nothing to summarise)")
     stage_seeds = None if seeds is None else tuple(range(seeds))
@@ -1030,14 +1027,64 @@ def run_preset(name: str, budget: str, out=None, *, seeds: int | None = None, me
     return run(budget, out, stage="all", arms=tuple(arms or ARMS), quiet=quiet, train=not partial, command=command)
 
 
-def list_text() -> str:
-    lines = []
-    for name, what in PRESETS.items():
-        lines.append(f"{name:12s} sparse-reward LM miniature: a small Llama through TRL, TPO-mean / TPO-sum / GRPO on {what}")
-        for key, b in BUDGETS.items():
-            lines.append(f"{'':12s}   {key:9s}: lr grid {', '.join(f'{x:g}' for x in b.lrs)} x {len(b.grid_seeds)} seeds "
-                         f"x {b.grid_steps} steps, then {len(b.main_seeds)} seeds x {b.steps} steps; {b.note}")
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class SparseExperiment:
+    """The sparse-reward miniature as an experiment of the registry
+    (:class:`tpo_core.lab.reproduce.experiments.Experiment`): both stages, every arm; ``only`` names arms (:data:`ARMS`),
+    so several processes can share one ``out``. Stages, ``--num-iterations`` and the cache folder are this module's
+    own command line (``python -m tpo_core.lab.llm.sparse``)."""
+
+    name: str
+    what: str
+    budgets: tuple = tuple(BUDGETS)
+    claim: str = CLAIM
+
+    @property
+    def title(self) -> str:
+        return f"sparse-reward LM miniature: a small Llama through TRL, TPO-mean / TPO-sum / GRPO on {self.what}"
+
+    def budget_note(self, budget: str) -> str:
+        return BUDGETS[budget].note
+
+    def plan(self, budget: str) -> list:
+        """The grid (every arm x lr x grid seed), then the main stage (every arm x main seed at the lr the grid
+        chooses: None until the grid is done)."""
+        b = BUDGETS[budget]
+        grid = [{"stage": "grid", "arm": a, "lr": lr, "seed": s, "steps": b.grid_steps}
+                for a in ARMS for lr in b.lrs for s in b.grid_seeds]
+        return grid + [{"stage": "main", "arm": a, "lr": None, "seed": s, "steps": b.steps}
+                       for a in ARMS for s in b.main_seeds]
+
+    def default_out(self, budget: str) -> pathlib.Path:
+        return pathlib.Path(f"results/{self.name}_{budget}")
+
+    def train(self, budget: str, out=None, *, seeds: int | None = None, only=None, partial: bool = False,
+              progress: bool = True, command: str | None = None, **options) -> dict:
+        experiments.refuse_options(self, options, "a PyTorch + TRL run, not the JAX engine")
+        if only is not None:
+            bad = [m for m in only if m not in ARMS]
+            if bad or not only:
+                raise ValueError(f"only must name methods of {self.name} ({', '.join(ARMS)}), "
+                                 f"got {', '.join(bad) or 'nothing'}")
+        return run_preset(self.name, budget, out, seeds=seeds, methods=only, partial=partial, quiet=not progress,
+                          command=command)
+
+    def metric_label(self, metric: str) -> str:
+        return metric     # the report names this experiment's metrics by their keys (SUMMARY_METRICS explains them)
+
+    def rows(self, summary: dict) -> list[dict]:
+        return experiments.labelled_rows(summary, self.metric_label)
+
+    def notes(self, summary: dict) -> str:
+        return f"PyTorch + TRL ({__name__}), not the JAX engine"
+
+    def list_text(self) -> str:
+        return "\n".join([f"{self.name:12s} {self.title}"] + experiments.budget_lines(
+            {key: f"lr grid {', '.join(f'{x:g}' for x in b.lrs)} x {len(b.grid_seeds)} seeds x {b.grid_steps} steps, "
+                  f"then {len(b.main_seeds)} seeds x {b.steps} steps; {b.note}" for key, b in BUDGETS.items()}))
+
+
+EXPERIMENTS = {name: SparseExperiment(name, what) for name, what in PRESETS.items()}   # this family's registry part
 
 
 def _parse_ints(text: str, name: str) -> tuple:

@@ -30,6 +30,7 @@ skipped; the setting in progress keeps its finished groups in ``spread.partial.j
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import pathlib
@@ -40,9 +41,11 @@ import numpy as np
 
 from .. import atomic_io
 
+from ..reproduce import experiments
+
 __all__ = ["SCORES", "ETAS", "DEFAULT_SETTINGS", "QUANTILES", "completion_mask", "token_logps", "sequence_scores",
            "group_record", "grpo_abs_advantage", "shortcuts", "measure_setting", "run_spread", "summarize",
-           "figure", "figure_html", "main"]
+           "figure", "figure_html", "main", "CLAIM", "EXPERIMENTS", "SpreadExperiment"]
 
 SCORES = ("sum", "mean")
 ETAS = (1.0, 0.3, 0.1)
@@ -52,6 +55,8 @@ GRPO_STD_EPS = 1e-4                 # TRL's ``(std + 1e-4)`` in group-scaled adv
 SUCCESS = 1.0                       # a reward ≥ this is a success (graph colouring: 1 proper, 0.01 any JSON, 0)
 MODELS = ("smollm2", "tiny")
 SPREAD, PARTIAL, SUMMARY, FIGURE = "spread.json", "spread.partial.json", "summary.json", "figure.html"
+CLAIM = ("The paper's TPO target q ∝ p_old·e^{u/η} over the K completions of a prompt, with p_old the group softmax of "
+         "the sequence log-probs (§2); the paper runs no such measurement")
 
 
 def _eta_key(eta: float) -> str:
@@ -484,10 +489,8 @@ def summarize(data: dict, out=None) -> dict:
                f"--settings {','.join(c['setting'] for c in configs)} --groups {first['groups']} --k {first['k']}")
     summary |= {
         "preset": "llm_spread", "budget": "cpu", "kind": "llm",
-        "title": "The starting SmolLM2's within-group sequence log-prob spread: why TPO with summed log-probs barely "
-                 "moves its target (no training)",
-        "claim": "The paper's TPO target q ∝ p_old·e^{u/η} over the K completions of a prompt, with p_old the group "
-                 "softmax of the sequence log-probs (§2); the paper runs no such measurement",
+        "title": SpreadExperiment.title,
+        "claim": CLAIM,
         "paper_setting": "verl, Qwen3-1.7B and DeepSeek-R1-Distill-Qwen-1.5B; this repository samples "
                          "SmolLM2-135M-Instruct as tpo_core.lab.llm.rlvr's cpu budget does through TRL",
         "budget_note": (f"{first['groups']} puzzles x K = {first['k']} completions of ≤ {first['max_new_tokens']} tokens "
@@ -578,6 +581,56 @@ def figure(out):
     fig.update_xaxes(title_text="length (tokens, EOS included)", row=2, col=3)
     fig.update_yaxes(title_text="ℓ_sum (nats)", row=2, col=3)
     return fig
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the registry's view (python -m tpo_core reproduce llm_spread)
+# ----------------------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class SpreadExperiment:
+    """The measurement as an experiment of the registry (:class:`tpo_core.lab.reproduce.experiments.Experiment`): one
+    budget, ``cpu``, the default settings, groups and K of :func:`run_spread`; nothing is trained, so ``seeds``,
+    ``only`` and ``partial`` do not apply (other settings, groups, K or the tiny model: this module's own command
+    line, ``python -m tpo_core.lab.llm.spread``)."""
+
+    name: str = "llm_spread"
+    title: str = ("The starting SmolLM2's within-group sequence log-prob spread: why TPO with summed log-probs barely "
+                  "moves its target (no training)")
+    claim: str = CLAIM
+    budgets: tuple = ("cpu",)
+
+    def budget_note(self, budget: str) -> str:
+        return (f"SmolLM2-135M-Instruct, 16 puzzles x K = 16 completions of ≤ 32 tokens per setting "
+                f"({', '.join(DEFAULT_SETTINGS)}), T = 1, sampling and scoring only")
+
+    def plan(self, budget: str) -> list:
+        return [{"setting": s, "groups": 16, "k": 16} for s in DEFAULT_SETTINGS]
+
+    def default_out(self, budget: str) -> pathlib.Path:
+        return pathlib.Path(f"results/{self.name}")
+
+    def train(self, budget: str, out=None, *, seeds=None, only=None, partial: bool = False, progress: bool = True,
+              command=None, **options) -> dict:
+        experiments.refuse_options(self, dict(seeds=seeds, only=only, partial=partial, **options),
+                                   "a measurement of the starting model: nothing is trained")
+        experiments.check_budget(self, budget)
+        return run_spread(self.default_out(budget) if out is None else out, quiet=not progress)
+
+    def metric_label(self, metric: str) -> str:
+        return metric     # the summary's metrics are their labels already (REPORT_ROWS)
+
+    def rows(self, summary: dict) -> list[dict]:
+        return experiments.labelled_rows(summary, self.metric_label)
+
+    def notes(self, summary: dict) -> str:
+        return f"PyTorch ({__name__}): the starting model sampled and scored, no training"
+
+    def list_text(self) -> str:
+        return "\n".join([f"{self.name:12s} {self.title}"] + experiments.budget_lines(
+            {b: self.budget_note(b) for b in self.budgets}))
+
+
+EXPERIMENTS = {e.name: e for e in (SpreadExperiment(),)}      # this family's part of the registry
 
 
 # ----------------------------------------------------------------------------------------------------------------

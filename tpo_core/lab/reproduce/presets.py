@@ -11,18 +11,26 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import pathlib
 import re
 from typing import Callable, Optional
 
 from tpo_core.config import BanditConfig, TokenConfig
 
+from . import experiments, reference, seedwise, stats
 from . import paper_numbers as P
-from . import reference, seedwise, stats
 
 BUDGETS = ("smoke", "cpu", "paper")
 SMOKE_MODEL = dict(d_model=16, heads=2, layers=1, ffn=32)
 SMOKE_TASK = dict(H=3, B=4, K=4, episodes=6)
-ENGINE = 2  # 2: the q/k/v attention biases are 2-D and go to Muon, as in the reference (1: they went to AdamW)
+# The version of the JAX engine's results: a per-seed file's hash includes it (as the key "engine", which the
+# committed run files and summaries use), so a seed trained by another version is never reused; the report
+# names the version of every summary (RESULTS_VERSION_TEXT).
+RESULTS_VERSION = 2
+RESULTS_VERSION_TEXT = {
+    1: "engine 1 (trained before the q/k/v attention biases were routed to Muon as in the reference)",
+    2: "engine 2",     # the q/k/v attention biases are 2-D and go to Muon, as in the reference
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +70,7 @@ class Run:
 
     def seed_hash(self, seed: int) -> str:
         """Hash of the configuration, one seed and the engine version (a per-seed file)."""
-        return hashlib.sha256(self._blob(seed=int(seed), engine=ENGINE).encode()).hexdigest()[:16]
+        return hashlib.sha256(self._blob(seed=int(seed), engine=RESULTS_VERSION).encode()).hexdigest()[:16]
 
     @property
     def stem(self) -> str:
@@ -90,7 +98,7 @@ class Preset:
     paper_se: Callable = lambda label, metric: None     # the paper's SE where its seeds are known
     resolution: Callable = lambda label, metric: 10.0 if metric != "steps_to_1pct" else 20.0
     budgets: tuple = BUDGETS
-    extras: Optional[Callable] = None  # (runs, curves, rows) -> dict merged into the summary
+    extras: Optional[Callable] = None  # (preset, runs, curves, rows) -> dict merged into the summary
     paper_data: Optional[Callable] = None  # data source -> whether it is the paper's data (bandit presets)
 
     def runs(self, budget: str):
@@ -105,6 +113,52 @@ class Preset:
         """The paper's own setting: its configuration under this key, and (where it matters) its data."""
         same = self.paper_configs().get(run.key) == run.cfg
         return same and (self.paper_data is None or self.paper_data(data_source or ""))
+
+    # ---- the Experiment protocol (tpo_core.lab.reproduce.experiments) ----
+    def budget_note(self, budget: str) -> str:
+        return self.runs(budget)[1]
+
+    def plan(self, budget: str) -> list:
+        return self.runs(budget)[0]
+
+    def default_out(self, budget: str) -> pathlib.Path:
+        return pathlib.Path(f"results/{self.name}")
+
+    def train(self, budget: str, out=None, *, seeds: Optional[int] = None, only=None, partial: bool = False,
+              progress: bool = True, command: Optional[str] = None, chunk: Optional[int] = None,
+              distributed: bool = False, **options) -> Optional[dict]:
+        """:func:`tpo_core.lab.reproduce.runner.run_preset` into ``out`` (default ``results/<name>``); ``only`` names
+        run keys or their file stems. ``chunk``: episodes per streamed chunk; ``distributed``: call
+        ``jax.distributed.initialize()`` first (several hosts, one process each). None on a process other than
+        the first (only the first writes)."""
+        experiments.refuse_options(self, options, "a JAX preset")
+        check_budget(budget, self)
+        import jax
+
+        from tpo_core import runtime
+
+        from . import runner   # runner imports this module
+
+        if distributed:            # before any JAX computation
+            jax.distributed.initialize()
+        runtime.enable_compile_cache()
+        summary = runner.run_preset(self.name, budget, self.default_out(budget) if out is None else out, chunk=chunk,
+                                    progress=progress, command=command, seeds=seeds, only=only, partial=partial)
+        return summary if runner.is_main_process() else None
+
+    def metric_label(self, metric: str) -> str:
+        return stats.METRICS.get(metric, metric)
+
+    def rows(self, summary: dict) -> list[dict]:
+        return experiments.labelled_rows(summary, self.metric_label)
+
+    def notes(self, summary: dict) -> str:
+        """The results version(s) of the summary's runs (a summary written before versions were recorded: 1)."""
+        return "; ".join(RESULTS_VERSION_TEXT.get(v, f"engine {v}") for v in summary.get("engine") or [1])
+
+    def list_text(self) -> str:
+        return "\n".join([f"{self.name:12s} {self.title}"] + experiments.budget_lines(
+            {b: f"{len(runs)} runs; {note}" for b in self.budgets for runs, note in [self.runs(b)]}))
 
 
 def check_budget(budget: str, preset: Optional[Preset] = None) -> str:
@@ -344,24 +398,31 @@ def _paper_std_noise(label, metric):
     return None
 
 
-def _mnist_order(runs, curves, rows) -> dict:
+def _mnist_order(preset, runs, curves, rows) -> dict:
     finals = [r for r in rows if r["metric"] == "final_greedy_error"]
     ours = [r["method"] for r in sorted(finals, key=lambda r: r["ours"])]
     paper = [m for m, _ in sorted(P.MNIST.items(), key=lambda kv: kv[1])]
     return dict(order=dict(ours=ours, paper=paper, kendall_tau=stats.kendall_tau([m for m in ours if m in paper], paper)))
 
 
-def _table3_reference(runs, curves, rows) -> dict:
+def _table3_reference(preset, runs, curves, rows) -> dict:
     """Our P, H=10, 2000-episode curves against the reference implementation's own 20 seeds: the comparison of
     means (:func:`reference.compare_reference`) and the seed-by-seed one (:func:`seedwise.h10_comparison`)."""
     ours = {r.method: curves[r.key]["error"] for r in runs
             if r.label.get("H") == 10 and r.label.get("setting") == "P" and r.length == 2000
-            and r.method in ("tpo", "grpo", "dg") and PRESETS["table3"].comparable(r)}
+            and r.method in ("tpo", "grpo", "dg") and preset.comparable(r)}
     path = reference.reference_path() if ours else None
     if path is None:
         return {}
     ref = {m: c for m, c in reference.load_reference(path).items() if m in ours}
     return dict(reference=reference.compare_reference(ours, path), seedwise=seedwise.h10_comparison(ours, ref))
+
+
+def _paper_dapo(label, metric):
+    """DAPO has no paper number; TPO and GRPO at H=10 are Table 3's prompt-matched column."""
+    if label["H"] == 10 and label["method"] in ("tpo", "grpo"):
+        return P.TABLE3[(label["method"], 10, "P")]
+    return None
 
 
 PRESETS: dict[str, Preset] = {}
@@ -372,75 +433,84 @@ def _register(p: Preset):
 
 
 _register(Preset(
-    "mnist", "Figure 4: MNIST contextual bandit",
-    "Greedy test error after 10,000 steps: TPO 2.9% < DG ≈ 3.2% (read off Fig. 4) < PG 5.3% < GRPO 5.9% < "
-    "Group PG 7.2%.",
-    ("final_greedy_error",), _mnist_build, lambda lab, met: P.MNIST.get(lab["method"]),
-    "MLP 784-50-50-10, Adam 1e-3, batch 100, 10,000 steps, 20 seeds, 60k/10k MNIST (the full training set: "
-    "downloaded automatically on a connected machine; offline only the 10k test set exists, split 8k/2k)",
+    name="mnist", title="Figure 4: MNIST contextual bandit",
+    claim="Greedy test error after 10,000 steps: TPO 2.9% < DG ≈ 3.2% (read off Fig. 4) < PG 5.3% < GRPO 5.9% < "
+          "Group PG 7.2%.",
+    metrics=("final_greedy_error",), build=_mnist_build, paper=lambda lab, met: P.MNIST.get(lab["method"]),
+    paper_setting="MLP 784-50-50-10, Adam 1e-3, batch 100, 10,000 steps, 20 seeds, 60k/10k MNIST (the full training "
+                  "set: downloaded automatically on a connected machine; offline only the 10k test set exists, "
+                  "split 8k/2k)",
     resolution=lambda lab, met: 1.0, extras=_mnist_order,
     paper_data=lambda source: source.startswith("MNIST 60k/10k")))
 _register(Preset(
-    "table1", "Table 1: vocabulary sweep (dense bag reward, reverse copy)",
-    "TPO_token reaches 1% error fastest at every vocabulary size.",
-    ("steps_to_1pct",), _table1_build, lambda lab, met: P.TABLE1.get((lab["method"], lab["V"])),
-    "H=10, K=8, B=100, 20 seeds, 1000 episodes",
+    name="table1", title="Table 1: vocabulary sweep (dense bag reward, reverse copy)",
+    claim="TPO_token reaches 1% error fastest at every vocabulary size.",
+    metrics=("steps_to_1pct",), build=_table1_build, paper=lambda lab, met: P.TABLE1.get((lab["method"], lab["V"])),
+    paper_setting="H=10, K=8, B=100, 20 seeds, 1000 episodes",
     resolution=lambda lab, met: _steps_resolution(P.TABLE1.get((lab["method"], lab["V"])))))
 _register(Preset(
-    "table2", "Table 2: targets × dense rewards",
-    "TPO_token is fastest on every target and reward; GRPO_token and PPO never reach 1% with the sequential reward.",
-    ("steps_to_1pct",), _table2_build,
-    lambda lab, met: P.TABLE2.get((lab["method"], lab["reward"], lab["target"])),
-    "H=10, V=2, K=8, B=100, 10 seeds, 1000 episodes",
+    name="table2", title="Table 2: targets × dense rewards",
+    claim="TPO_token is fastest on every target and reward; GRPO_token and PPO never reach 1% with the sequential "
+          "reward.",
+    metrics=("steps_to_1pct",), build=_table2_build,
+    paper=lambda lab, met: P.TABLE2.get((lab["method"], lab["reward"], lab["target"])),
+    paper_setting="H=10, V=2, K=8, B=100, 10 seeds, 1000 episodes",
     resolution=lambda lab, met: _steps_resolution(P.TABLE2.get((lab["method"], lab["reward"], lab["target"])))))
 _register(Preset(
-    "table3", "Table 3: terminal (exact-match) reward",
-    "TPO keeps final error below ~10% up to H=10 (prompt-matched); GRPO, GRPO without KL, PPO and DG degrade with H.",
-    ("final_error",), _table3_build,
-    lambda lab, met: P.TABLE3.get((lab["method"], lab["H"], lab["setting"])),
-    "reverse copy, V=2, K=8, B=100, 2000 episodes, 20 seeds; I = single-sample methods get B=800, lr×√8",
+    name="table3", title="Table 3: terminal (exact-match) reward",
+    claim="TPO keeps final error below ~10% up to H=10 (prompt-matched); GRPO, GRPO without KL, PPO and DG degrade "
+          "with H.",
+    metrics=("final_error",), build=_table3_build,
+    paper=lambda lab, met: P.TABLE3.get((lab["method"], lab["H"], lab["setting"])),
+    paper_setting="reverse copy, V=2, K=8, B=100, 2000 episodes, 20 seeds; I = single-sample methods get B=800, "
+                  "lr×√8",
     paper_se=lambda lab, met: P.TABLE3_SE.get((lab["method"], lab["H"], lab["setting"])),
     resolution=_table3_resolution, budgets=TABLE3_BUDGETS, extras=_table3_reference))
 _register(Preset(
-    "anchor", "Ablation: the anchor p_old in TPO's target",
-    "Without p_old in the target (TPO-no-anchor) or without a target (Group PG), H=10 ends above 99% error.",
-    ("final_error",), _anchor_build, lambda lab, met: P.ANCHOR.get((lab["method"], lab["H"])),
-    "terminal reward, reverse copy, K=8, B=100, H=7, 8, 10, 2000 episodes"))
+    name="anchor", title="Ablation: the anchor p_old in TPO's target",
+    claim="Without p_old in the target (TPO-no-anchor) or without a target (Group PG), H=10 ends above 99% error.",
+    metrics=("final_error",), build=_anchor_build, paper=lambda lab, met: P.ANCHOR.get((lab["method"], lab["H"])),
+    paper_setting="terminal reward, reverse copy, K=8, B=100, H=7, 8, 10, 2000 episodes"))
 _register(Preset(
-    "k_sweep", "Ablation: group size K",
-    "TPO improves with K (8.9% at K=4 → 0.36% at K=64) and beats GRPO at every K.",
-    ("final_error",), _k_build, lambda lab, met: P.K_SWEEP.get((lab["method"], lab["K"])),
-    "terminal reward, reverse copy, V=2, H=8, B=256, 2000 episodes, 4 epochs", resolution=lambda lab, met: 2.0))
+    name="k_sweep", title="Ablation: group size K",
+    claim="TPO improves with K (8.9% at K=4 → 0.36% at K=64) and beats GRPO at every K.",
+    metrics=("final_error",), build=_k_build, paper=lambda lab, met: P.K_SWEEP.get((lab["method"], lab["K"])),
+    paper_setting="terminal reward, reverse copy, V=2, H=8, B=256, 2000 episodes, 4 epochs",
+    resolution=lambda lab, met: 2.0))
 _register(Preset(
-    "epoch_sweep", "Ablation: update epochs per batch",
-    "TPO stays below 2.3% for 1–16 epochs; GRPO varies from 1.1% to 37.6%.",
-    ("final_error",), _epoch_build, lambda lab, met: P.EPOCH_SWEEP.get((lab["method"], lab["epochs"])),
-    "terminal reward, reverse copy, V=2, H=8, B=256, K=32, 2000 episodes", resolution=lambda lab, met: 2.0))
+    name="epoch_sweep", title="Ablation: update epochs per batch",
+    claim="TPO stays below 2.3% for 1–16 epochs; GRPO varies from 1.1% to 37.6%.",
+    metrics=("final_error",), build=_epoch_build,
+    paper=lambda lab, met: P.EPOCH_SWEEP.get((lab["method"], lab["epochs"])),
+    paper_setting="terminal reward, reverse copy, V=2, H=8, B=256, K=32, 2000 episodes",
+    resolution=lambda lab, met: 2.0))
 _register(Preset(
-    "grpo_masked", "Ablation: masking zero-variance groups in GRPO",
-    "Dropping all-fail groups hurts GRPO (6.3% → 29.7%); TPO reaches 0.05%.",
-    ("final_error",), _masked_build, lambda lab, met: P.MASKED.get(lab["method"]),
-    "terminal reward, reverse copy, V=2, H=8, B=256, K=32, 4 epochs, 2000 episodes"))
+    name="grpo_masked", title="Ablation: masking zero-variance groups in GRPO",
+    claim="Dropping all-fail groups hurts GRPO (6.3% → 29.7%); TPO reaches 0.05%.",
+    metrics=("final_error",), build=_masked_build, paper=lambda lab, met: P.MASKED.get(lab["method"]),
+    paper_setting="terminal reward, reverse copy, V=2, H=8, B=256, K=32, 4 epochs, 2000 episodes"))
 _register(Preset(
-    "eta_sweep", "Ablation: TPO temperature η",
-    "TPO is robust to η: final error ≤ 1% for η from 0.25 to 4; larger η is slower to 1%.",
-    ("final_error", "steps_to_1pct"), _eta_build, lambda lab, met: P.ETA_SWEEP.get((met, lab["eta"])),
-    "reverse copy, V=2, H=10, K=8, 10 seeds (reward variant not stated)",
+    name="eta_sweep", title="Ablation: TPO temperature η",
+    claim="TPO is robust to η: final error ≤ 1% for η from 0.25 to 4; larger η is slower to 1%.",
+    metrics=("final_error", "steps_to_1pct"), build=_eta_build,
+    paper=lambda lab, met: P.ETA_SWEEP.get((met, lab["eta"])),
+    paper_setting="reverse copy, V=2, H=10, K=8, 10 seeds (reward variant not stated)",
     resolution=lambda lab, met: 1.0 if met == "final_error" else _steps_resolution(P.ETA_SWEEP.get((met, lab["eta"])))))
 _register(Preset(
-    "dapo", "Beyond the paper: TPO vs DAPO-style GRPO (terminal reward)",
-    "Open question of the seed: does DAPO's clip-higher + dropping zero-variance groups close the gap to TPO?",
-    ("final_error",), _dapo_build,
-    lambda lab, met: {"tpo": P.TABLE3[("tpo", 10, "P")], "grpo": P.TABLE3[("grpo", 10, "P")]}.get(lab["method"])
-    if lab["H"] == 10 else None,
-    "no paper numbers for DAPO; TPO/GRPO from Table 3 (P, H=10)",
+    name="dapo", title="Beyond the paper: TPO vs DAPO-style GRPO (terminal reward)",
+    claim="Open question of the seed: does DAPO's clip-higher + dropping zero-variance groups close the gap to TPO?",
+    metrics=("final_error",), build=_dapo_build, paper=_paper_dapo,
+    paper_setting="no paper numbers for DAPO; TPO/GRPO from Table 3 (P, H=10)",
     resolution=lambda lab, met: _table3_resolution(dict(H=10, setting="P"), met)))
 _register(Preset(
-    "std_noise", "Beyond the paper: group standardisation amplifies tiny score noise",
-    "Small reward noise in all-fail groups is z-scored to unit scale with the paper's σ floor 1e-6; "
-    "a floor of 0.1 keeps such groups inert.",
-    ("final_error",), _std_noise_build, _paper_std_noise, "no paper numbers; TPO without noise from Table 3 (P, H=10)",
+    name="std_noise", title="Beyond the paper: group standardisation amplifies tiny score noise",
+    claim="Small reward noise in all-fail groups is z-scored to unit scale with the paper's σ floor 1e-6; "
+          "a floor of 0.1 keeps such groups inert.",
+    metrics=("final_error",), build=_std_noise_build, paper=_paper_std_noise,
+    paper_setting="no paper numbers; TPO without noise from Table 3 (P, H=10)",
     resolution=lambda lab, met: _table3_resolution(dict(H=10, setting="P"), met)))
+
+EXPERIMENTS = PRESETS    # this family's part of the registry (tpo_core.lab.reproduce.experiments)
 
 
 def get(name: str) -> Preset:
@@ -450,10 +520,5 @@ def get(name: str) -> Preset:
 
 
 def list_text() -> str:
-    lines = []
-    for p in PRESETS.values():
-        lines.append(f"{p.name:12s} {p.title}")
-        for b in p.budgets:
-            runs, note = p.runs(b)
-            lines.append(f"{'':12s}   {b:9s}: {len(runs)} runs; {note}")
-    return "\n".join(lines)
+    """The JAX presets' lines of ``python -m tpo_core reproduce --list``."""
+    return "\n".join(p.list_text() for p in PRESETS.values())

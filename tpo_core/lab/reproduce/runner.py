@@ -37,7 +37,7 @@ from tpo_core import train
 
 from .. import atomic_io
 from . import stats
-from .presets import ENGINE, Run, get
+from .presets import RESULTS_VERSION, Run, get
 
 
 def is_main_process() -> bool:
@@ -135,7 +135,7 @@ def execute(runs: Sequence[Run], seeds: Sequence[int], dataset=None, chunk: Opti
     S = len(padded)
     out = [{k: v[i * S: i * S + len(seeds)] for k, v in full.items()} for i in range(len(runs))]
     info = dict(seconds=time.perf_counter() - t0, devices=devices, padded_seeds=S, sweep=len(runs),
-                engine=ENGINE)
+                engine=RESULTS_VERSION)
     return out, info
 
 
@@ -355,5 +355,5 @@ def summarize(preset, budget: str, note: str, runs, curves: dict, infos: dict, c
     if data_source:
         summary["data_source"] = data_source
     if preset.extras is not None:
-        summary.update(preset.extras(runs, curves, rows))
+        summary.update(preset.extras(preset, runs, curves, rows))
     return summary
