@@ -99,3 +99,46 @@ def test_live_budgets_pick_by_mode_and_scale_by_the_work_ratio(monkeypatch):
         notebook.live_budget("99")
     with pytest.raises(ValueError, match="which"):
         notebook.budget_work("06", "medium")
+
+
+COMMITTED = sorted(ROOT.glob("results/**/summary.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[str(p.parent.relative_to(ROOT / "results")) for p in COMMITTED])
+def test_every_committed_summary_has_its_experiment_its_report_and_all_its_seeds(path):
+    """Every committed summary's experiment is in the registry and its report renders; every seed of every row is
+    on disk: a JAX run file that the runner accepts under the configuration hash it computes today (so a resumed
+    reproduction retrains no finished seed), an LLM run file per (method, seed), the spread's settings."""
+    import dataclasses
+
+    from tpo_core import report
+    from tpo_core.reproduce import experiments, presets, runner
+
+    summary = json.loads(path.read_text())
+    experiment = experiments.find(summary["preset"])
+    assert experiment is not None, f"{summary['preset']} is not in the registry"
+    assert summary["budget"] in experiment.budgets
+    md = report.to_markdown([summary])
+    assert f"`{summary['preset']}`, budget `{summary['budget']}`" in md and experiment.claim in md
+    assert all(f"| {r['key']} | " in md for r in summary["rows"])
+    folder = path.parent
+    if isinstance(experiment, presets.Preset):
+        runs = {r.key: r for r in experiment.plan(summary["budget"])}
+        for row in summary["rows"]:
+            run = dataclasses.replace(runs[row["key"]], seeds=tuple(row["seeds"]))
+            assert row["config_hash"] == run.config_hash(), row["key"]
+            if run.seed_batch:
+                for seed in row["seeds"]:
+                    assert runner.load_run_file(runner.seed_file(folder, run, seed), run.seed_hash(seed)) is not None, \
+                        (row["key"], seed)
+            else:
+                curves, _ = runner.load_run_file(folder / run.filename, run.config_hash())
+                assert curves[run.primary].shape == (len(row["seeds"]), row["length"]), row["key"]
+    elif summary["preset"] == "llm_spread":
+        settings = json.loads((folder / "spread.json").read_text())["settings"]
+        assert {r["key"].split()[0] for r in summary["rows"]} <= {k.split("/")[1] for k in settings}
+    else:
+        for row in summary["rows"]:
+            arm = row["key"].split()[0]
+            for seed in row["seeds"]:
+                assert list(folder.glob(f"{arm}_*seed{seed}.npz")), (row["key"], seed)
