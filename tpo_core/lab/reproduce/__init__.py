@@ -7,7 +7,8 @@ resumable runner.
     python -m tpo_core reproduce llm_graph_coloring --budget cpu      # PyTorch + TRL (tpo_core.lab.llm.rlvr)
     python -m tpo_core report results --out results/REPORT.md
 
-Modules, one job each: :mod:`~tpo_core.lab.reproduce.paper_numbers` (the paper's tables, held once),
+Modules, one job each: :mod:`~tpo_core.lab.reproduce.experiments` (the one registry of every experiment, JAX and
+LLM, and the protocol each keeps), :mod:`~tpo_core.lab.reproduce.paper_numbers` (the paper's tables, held once),
 :mod:`~tpo_core.lab.reproduce.presets` (runs per budget), :mod:`~tpo_core.lab.reproduce.stats` (seed SE, verdicts),
 :mod:`~tpo_core.lab.reproduce.reference` (the reference code's per-seed curves), :mod:`~tpo_core.lab.reproduce.seedwise`
 (seed-by-seed statistics, rank and Fisher tests, and the rule for "consistent" / "differs" / "too few seeds"),
@@ -24,7 +25,7 @@ from . import paper_numbers, stats
 _LAZY = {"BUDGETS": "presets", "PRESETS": "presets", "Preset": "presets", "Run": "presets",
          "check_budget": "presets", "get": "presets", "list_text": "presets",
          "run_preset": "runner", "summarize": "runner"}
-_SUBMODULES = ("presets", "runner", "reference", "committed", "seedwise")
+_SUBMODULES = ("experiments", "presets", "runner", "reference", "committed", "seedwise")
 
 __all__ = ["BUDGETS", "PRESETS", "Preset", "Run", "check_budget", "get", "list_text", "paper_numbers",
            "run_preset", "stats", "summarize"]
