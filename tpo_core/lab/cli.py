@@ -167,8 +167,9 @@ def cmd_train(args) -> int:
 
 
 def _add_reproduce(sub):
-    p = sub.add_parser("reproduce", help="reproduce a table or ablation of the paper")
-    p.add_argument("name", nargs="?", help="preset name (see --list)")
+    p = sub.add_parser("reproduce", help="train an experiment of the registry: a table or ablation of the paper "
+                                         "(JAX) or an LLM experiment (PyTorch + TRL)")
+    p.add_argument("name", nargs="?", help="experiment name (see --list)")
     p.add_argument("--list", action="store_true", help="list the experiments and their budgets, and exit")
     p.add_argument("--budget", default="cpu", help="one of the experiment's budgets (see --list)")
     p.add_argument("--seeds", type=_positive_int("seeds"), default=None, help="number of seeds (default: the budget's)")

@@ -258,7 +258,7 @@ def to_markdown(summaries: list[dict], command: str | None = None) -> str:
 def to_html(summaries: list[dict], command: str | None = None) -> str:
     """The same content as :func:`to_markdown` (the same :func:`blocks`) as a standalone HTML page."""
     e = html.escape
-    spans = lambda sp: "".join(_HTML[style].format(e(text)) for text, style in sp)  # noqa: E731
+    spans = lambda sp: "".join(_HTML[style].format(e(text, quote=False)) for text, style in sp)  # noqa: E731
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>TPO reproduction report</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:3px 8px}td.inconsistent{color:#b00;font-weight:bold}</style>"
