@@ -4,8 +4,11 @@
 
 Each row is a verdict that can fail (see :mod:`tpo_core.lab.reproduce.stats`): *consistent*, *inconsistent* or
 *inconclusive*, and only for runs at the paper's own setting; a smaller budget shows "no paper number at
-this setting". Public functions (the book and the demo call them): :func:`load_summaries`,
-:func:`to_markdown`, :func:`to_html`, :func:`reference_table`, :func:`seedwise_table`.
+this setting". One renderer for every experiment, JAX or LLM: what differs between them (the claim's current
+wording, the metrics' names, the rows, what trained the runs) comes from the summary's experiment in the
+registry (:mod:`tpo_core.reproduce.experiments`, by the summary's ``preset`` name), and the report is walked
+once (:func:`blocks`) into markdown or HTML. Public functions (the book and the demo call them):
+:func:`load_summaries`, :func:`to_markdown`, :func:`to_html`, :func:`reference_table`, :func:`seedwise_table`.
 """
 from __future__ import annotations
 
