@@ -162,3 +162,14 @@ def test_one_renderer_for_a_jax_and_an_llm_summary():
         if line and not line.startswith("|"):
             plain = re.sub(r"\*\*|`|(?<!\w)\*|\*(?!\w)", "", line.lstrip("# "))
             assert plain in text, plain
+
+
+def test_train_refuses_an_option_it_does_not_take_before_training(tmp_path):
+    with pytest.raises(ValueError, match=r"^bogus does not apply to table3 \(a JAX preset\)$"):
+        experiments.get("table3").train("smoke", tmp_path / "t", bogus=1)
+    with pytest.raises(ValueError, match="^only does not apply to llm_spread"):
+        experiments.get("llm_spread").train("cpu", tmp_path / "s", only=["v3"])
+    with pytest.raises(ValueError, match=r"^only must name methods of llm_graph_coloring \(tpo, grpo, tpo_mean\), "
+                                         r"got ppo$"):
+        experiments.get("llm_graph_coloring").train("smoke", tmp_path / "g", only=["ppo"])
+    assert not any(tmp_path.iterdir())
