@@ -111,8 +111,8 @@ def test_every_committed_summary_has_its_experiment_its_report_and_all_its_seeds
     reproduction retrains no finished seed), an LLM run file per (method, seed), the spread's settings."""
     import dataclasses
 
-    from tpo_core import report
-    from tpo_core.reproduce import experiments, presets, runner
+    from tpo_core.lab import report
+    from tpo_core.lab.reproduce import experiments, runner
 
     summary = json.loads(path.read_text())
     experiment = experiments.find(summary["preset"])
@@ -122,7 +122,7 @@ def test_every_committed_summary_has_its_experiment_its_report_and_all_its_seeds
     assert f"`{summary['preset']}`, budget `{summary['budget']}`" in md and experiment.claim in md
     assert all(f"| {r['key']} | " in md for r in summary["rows"])
     folder = path.parent
-    if isinstance(experiment, presets.Preset):
+    if isinstance(experiment, runner.JaxExperiment):
         runs = {r.key: r for r in experiment.plan(summary["budget"])}
         for row in summary["rows"]:
             run = dataclasses.replace(runs[row["key"]], seeds=tuple(row["seeds"]))

@@ -1,4 +1,4 @@
-"""tpo_core.reproduce.experiments: one registry and protocol for the JAX presets and the LLM experiments, one
+"""tpo_core.lab.reproduce.experiments: one registry and protocol for the JAX presets and the LLM experiments, one
 ``reproduce`` path in the CLI and one report renderer for both."""
 import html
 import json
@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from tpo_core import cli, report
-from tpo_core.reproduce import experiments, presets
+from tpo_core.lab import cli, report
+from tpo_core.lab.llm import spread
+from tpo_core.lab.reproduce import experiments, presets
 
 JAX = {"mnist", "table1", "table2", "table3", "anchor", "k_sweep", "epoch_sweep", "grpo_masked", "eta_sweep", "dapo",
        "std_noise"}
@@ -17,7 +18,7 @@ LLM = {"llm_graph_coloring", "llm_knights_knaves", "llm_sparse_coloring", "llm_s
 
 
 def test_the_registry_lists_every_experiment_without_importing_torch():
-    code = ("import sys; from tpo_core.reproduce import experiments as E; names = E.names(); text = E.list_text(); "
+    code = ("import sys; from tpo_core.lab.reproduce import experiments as E; names = E.names(); text = E.list_text(); "
             "found = [E.get(n) for n in names]; "
             "assert all(isinstance(e, E.Experiment) for e in found), [type(e) for e in found]; "
             "assert all(e.name == n and e.title and e.claim and e.budgets for n, e in zip(names, found)); "
@@ -82,7 +83,7 @@ class _Recorder:
 def test_the_cli_hands_every_flag_to_the_experiment_it_names(monkeypatch, capsys):
     fake = _Recorder()
     assert isinstance(fake, experiments.Experiment)
-    monkeypatch.setitem(presets.PRESETS, fake.name, fake)     # a family's dict: the registry reads it on each call
+    monkeypatch.setitem(spread.EXPERIMENTS, fake.name, fake)   # a family's dict: the registry reads it on each call
     assert cli.main(["reproduce", "recorder", "--budget", "smoke", "--chunk", "3", "--only", "a, b",
                      "--seeds", "2", "--quiet"]) == 0
     (call,) = fake.calls
@@ -150,7 +151,7 @@ def test_one_renderer_for_a_jax_and_an_llm_summary():
     assert "**Paper's claim.** its own saved claim" in md                    # an experiment no longer registered
     assert ("engine 1 (trained before the q/k/v attention biases were routed to Muon as in the reference); "
             "engine 2.") in md
-    assert "PyTorch + TRL (tpo_core.llm.rlvr), not the JAX engine." in md
+    assert "PyTorch + TRL (tpo_core.lab.llm.rlvr), not the JAX engine." in md
     assert "| tpo H=10 P | final error (%) | 3.25 ± 0.50 | 4.1 ± 0.30 | 5 | inconsistent | 2 × 20 |" in md
     assert "| tpo | mean reward at step 1 (the starting policy) | 0.013 ± n/a | no paper number at this setting |" in md
     assert "| grpo | mean reward, last fifth of the steps | 0.250 ± 0.125 |" in md

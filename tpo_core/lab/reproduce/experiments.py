@@ -4,11 +4,12 @@
     python -m tpo_core reproduce NAME --budget B # get(NAME).train(B, out, ...)
     python -m tpo_core report results            # get(summary["preset"]) says how its rows read
 
-The families: the JAX presets (:data:`tpo_core.lab.reproduce.presets.PRESETS`, each a :class:`~.presets.Preset`
-trained by :mod:`~tpo_core.lab.reproduce.runner`) and the LLM experiments (:mod:`tpo_core.lab.llm.rlvr`,
-:mod:`tpo_core.lab.llm.sparse`, :mod:`tpo_core.lab.llm.spread`, trained through PyTorch and TRL). Each family module
-holds an ``EXPERIMENTS`` dict (name → experiment). The LLM modules import NumPy only at import time (PyTorch
-and TRL load when a run starts), so listing, looking up and reporting every experiment imports no torch.
+The families: the JAX presets (:data:`tpo_core.lab.reproduce.presets.PRESETS`, each a
+:class:`~.presets.Preset`, trained by :mod:`~tpo_core.lab.reproduce.runner`, whose ``EXPERIMENTS`` wraps each in
+a ``JaxExperiment``) and the LLM experiments (:mod:`tpo_core.lab.llm.rlvr`, :mod:`tpo_core.lab.llm.sparse`,
+:mod:`tpo_core.lab.llm.spread`, trained through PyTorch and TRL). Each family module holds an ``EXPERIMENTS``
+dict (name → experiment). The LLM modules import NumPy only at import time (PyTorch and TRL load when a run
+starts), so listing, looking up and reporting every experiment imports no torch.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ __all__ = ["Experiment", "FAMILIES", "all_experiments", "names", "get", "find", 
            "labelled_rows"]
 
 # the modules that hold an ``EXPERIMENTS`` dict, in the order --list and the report show them
-FAMILIES = (".presets", "..llm.rlvr", "..llm.sparse", "..llm.spread")
+FAMILIES = (".runner", "..llm.rlvr", "..llm.sparse", "..llm.spread")
 
 
 @runtime_checkable
@@ -29,8 +30,8 @@ class Experiment(Protocol):
     folder (run files + ``summary.json``), and how its summary reads in the report.
 
     A :class:`typing.Protocol`, not an ABC: the two families share no state and no code path worth inheriting
-    (a JAX preset is a frozen dataclass whose runs the JAX runner trains; an LLM experiment drives TRL's
-    trainers), so each conforms structurally and ``isinstance(x, Experiment)`` checks it (the registry's test
+    (a JAX preset is a frozen dataclass whose runs the JAX runner trains, and ``runner.JaxExperiment`` adds
+    ``train`` to it; an LLM experiment drives TRL's trainers), so each conforms structurally and ``isinstance(x, Experiment)`` checks it (the registry's test
     does). The small pieces they do share are the functions of this module (:func:`refuse_options`,
     :func:`labelled_rows`).
 

@@ -114,7 +114,7 @@ class Preset:
         same = self.paper_configs().get(run.key) == run.cfg
         return same and (self.paper_data is None or self.paper_data(data_source or ""))
 
-    # ---- the Experiment protocol (tpo_core.lab.reproduce.experiments) ----
+    # ---- the Experiment protocol (tpo_core.lab.reproduce.experiments), but for train: runner.JaxExperiment ----
     def budget_note(self, budget: str) -> str:
         return self.runs(budget)[1]
 
@@ -123,28 +123,6 @@ class Preset:
 
     def default_out(self, budget: str) -> pathlib.Path:
         return pathlib.Path(f"results/{self.name}")
-
-    def train(self, budget: str, out=None, *, seeds: Optional[int] = None, only=None, partial: bool = False,
-              progress: bool = True, command: Optional[str] = None, chunk: Optional[int] = None,
-              distributed: bool = False, **options) -> Optional[dict]:
-        """:func:`tpo_core.lab.reproduce.runner.run_preset` into ``out`` (default ``results/<name>``); ``only`` names
-        run keys or their file stems. ``chunk``: episodes per streamed chunk; ``distributed``: call
-        ``jax.distributed.initialize()`` first (several hosts, one process each). None on a process other than
-        the first (only the first writes)."""
-        experiments.refuse_options(self, options, "a JAX preset")
-        check_budget(budget, self)
-        import jax
-
-        from tpo_core import runtime
-
-        from . import runner   # runner imports this module
-
-        if distributed:            # before any JAX computation
-            jax.distributed.initialize()
-        runtime.enable_compile_cache()
-        summary = runner.run_preset(self.name, budget, self.default_out(budget) if out is None else out, chunk=chunk,
-                                    progress=progress, command=command, seeds=seeds, only=only, partial=partial)
-        return summary if runner.is_main_process() else None
 
     def metric_label(self, metric: str) -> str:
         return stats.METRICS.get(metric, metric)
@@ -162,10 +140,10 @@ class Preset:
 
 
 def check_budget(budget: str, preset: Optional[Preset] = None) -> str:
-    allowed = preset.budgets if preset is not None else BUDGETS
-    if budget not in allowed:
-        where = f" for {preset.name}" if preset is not None else ""
-        raise ValueError(f"budget must be one of {', '.join(allowed)}{where}, got {budget!r}")
+    if preset is not None:
+        return experiments.check_budget(preset, budget)
+    if budget not in BUDGETS:
+        raise ValueError(f"budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
     return budget
 
 
@@ -509,8 +487,6 @@ _register(Preset(
     metrics=("final_error",), build=_std_noise_build, paper=_paper_std_noise,
     paper_setting="no paper numbers; TPO without noise from Table 3 (P, H=10)",
     resolution=lambda lab, met: _table3_resolution(dict(H=10, setting="P"), met)))
-
-EXPERIMENTS = PRESETS    # this family's part of the registry (tpo_core.lab.reproduce.experiments)
 
 
 def get(name: str) -> Preset:

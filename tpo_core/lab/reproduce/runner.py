@@ -33,11 +33,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tpo_core import train
+from tpo_core import runtime, train
 
 from .. import atomic_io
-from . import stats
-from .presets import RESULTS_VERSION, Run, get
+from . import experiments, stats
+from .presets import PRESETS, RESULTS_VERSION, Preset, Run, get
 
 
 def is_main_process() -> bool:
@@ -357,3 +357,39 @@ def summarize(preset, budget: str, note: str, runs, curves: dict, infos: dict, c
     if preset.extras is not None:
         summary.update(preset.extras(preset, runs, curves, rows))
     return summary
+
+
+# --------------------------------------------------------------------------------------------
+# the JAX family of the registry
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class JaxExperiment:
+    """A preset as an experiment of the registry (:class:`tpo_core.lab.reproduce.experiments.Experiment`): the
+    :class:`~tpo_core.lab.reproduce.presets.Preset` says what it is, what each budget trains and how its summary
+    reads (every attribute but ``train`` is the preset's); this adds how it trains, :func:`run_preset`, which
+    the presets module cannot import (this module imports it)."""
+
+    preset: Preset
+
+    def __getattr__(self, name):
+        if name == "preset":       # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.preset, name)
+
+    def train(self, budget: str, out=None, *, seeds: Optional[int] = None, only=None, partial: bool = False,
+              progress: bool = True, command: Optional[str] = None, chunk: Optional[int] = None,
+              distributed: bool = False, **options) -> Optional[dict]:
+        """:func:`run_preset` into ``out`` (default ``results/<name>``); ``only`` names run keys or their file
+        stems. ``chunk``: episodes per streamed chunk; ``distributed``: ``jax.distributed.initialize()`` first
+        (several hosts, one process each). None on a process other than the first (only the first writes)."""
+        experiments.refuse_options(self, options, "a JAX preset")
+        experiments.check_budget(self, budget)
+        if distributed:            # before any JAX computation
+            jax.distributed.initialize()
+        runtime.enable_compile_cache()
+        summary = run_preset(self.name, budget, self.default_out(budget) if out is None else out, chunk=chunk,
+                             progress=progress, command=command, seeds=seeds, only=only, partial=partial)
+        return summary if is_main_process() else None
+
+
+EXPERIMENTS = {name: JaxExperiment(p) for name, p in PRESETS.items()}   # this family's part of the registry
