@@ -1,0 +1,74 @@
+"""benchmarks/report.py: every committed results file rendered into one page and the README's Performance table, so
+a figure in the README cannot drift from the results file a benchmark wrote; results files without their command
+are refused."""
+import json
+import pathlib
+
+import pytest
+
+from benchmarks import record, report
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _between(text, begin, end):
+    assert text.count(begin) == 1 and text.count(end) == 1, "README.md needs one performance table between markers"
+    return text[text.index(begin):text.index(end) + len(end)]
+
+
+def test_readme_performance_table_and_the_page_are_what_the_committed_results_give():
+    results = report.load()
+    assert "demo_load" in results and "bench_train" in results
+    readme = (ROOT / "README.md").read_text()
+    block = _between(readme, report.README_BEGIN, report.README_END)
+    assert block == report.readme_block(results), "README.md's table is stale: python -m benchmarks.report --readme"
+    assert (ROOT / "benchmarks" / "results" / "README.md").read_text() == report.page(results), \
+        "benchmarks/results/README.md is stale: python -m benchmarks.report"
+
+
+def test_the_table_quotes_the_results_files_figures():
+    """Figures read here from the JSON, formatted independently of the benchmarks' renderers, appear in the table."""
+    block = report.readme_block(report.load())
+    train = json.loads((ROOT / "benchmarks" / "results" / "bench_train.json").read_text())
+    assert f"{train['runs'][0]['episode_s']:.3f} s" in block
+    assert f"compile {train['runs'][0]['compile_s']:.1f} s" in block
+    load = json.loads((ROOT / "benchmarks" / "results" / "demo_load.json").read_text())
+    assert f"{load['memory']['growth_after_first_block_mb']:+.1f} MB" in block
+    for name in ("bench_train", "demo_load"):
+        r = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
+        assert f"({r['date']}, `{r['commit']}`)" in block
+    page = report.page(report.load())
+    assert "`" + train["command"] + "`" in page and "`" + load["command"] + "`" in page
+
+
+def test_an_absent_results_file_is_said_not_run_and_a_gpu_one_needs_a_gpu(tmp_path):
+    assert report.load(tmp_path) == {}
+    page, block = report.page({}), report.readme_block({})
+    assert "Not run (needs a GPU): no `benchmarks/results/gpu_table3.json`" in page
+    assert "| [gpu_table3](benchmarks/results/README.md#gpu_table3) | — | not run (needs a GPU) |" in block
+
+
+def test_a_results_file_without_its_command_is_refused(tmp_path):
+    good = json.loads((ROOT / "benchmarks" / "results" / "demo_load.json").read_text())
+    (tmp_path / "demo_load.json").write_text(json.dumps(good))
+    assert set(report.load(tmp_path)) == {"demo_load"}
+    del good["command"]
+    (tmp_path / "demo_load.json").write_text(json.dumps(good))
+    with pytest.raises(ValueError, match=r"demo_load\.json.*missing command"):
+        report.load(tmp_path)
+    with pytest.raises(ValueError, match="missing command"):
+        record.write("demo_load", good, tmp_path / "out.json")
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_a_results_file_no_benchmark_owns_is_refused(tmp_path):
+    (tmp_path / "nobody.json").write_text(json.dumps(record.header("python -m benchmarks.nobody")))
+    with pytest.raises(ValueError, match="no benchmark named nobody"):
+        report.load(tmp_path)
+
+
+def test_readme_markers_must_appear_once():
+    with pytest.raises(ValueError, match="exactly one performance table"):
+        report.readme_with_table("no markers here", report.readme_block({}))
+    text = f"a\n{report.README_BEGIN}\nold\n{report.README_END}\nb"
+    assert report.readme_with_table(text, "NEW") == "a\nNEW\nb"
