@@ -105,9 +105,11 @@ def readme_block(results: dict) -> str:
             rows.append(f"| {link} | — | {absent} |")
             continue
         r = results[name]
+        m = r["machine"]
+        when = f"{r['date']}, `{r['commit']}`; {m['cpus']} CPUs at load {m['loadavg_start'][0]:.1f}"
         for what, measured in _module(name).summary(r):
-            rows.append(f"| {link} | {_cell(what)} | {_cell(measured)} ({r['date']}, `{r['commit']}`) |")
-    return "\n".join([README_BEGIN, "| results file | what | measured (day, commit) |", "|---|---|---|", *rows,
+            rows.append(f"| {link} | {_cell(what)} | {_cell(measured)} ({when}) |")
+    return "\n".join([README_BEGIN, "| results file | what | measured (day, commit; host) |", "|---|---|---|", *rows,
                       README_END])
 
 

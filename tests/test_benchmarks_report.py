@@ -36,7 +36,7 @@ def test_the_table_quotes_the_results_files_figures():
     assert f"{load['memory']['growth_after_first_block_mb']:+.1f} MB" in block
     for name in ("bench_train", "demo_load"):
         r = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
-        assert f"({r['date']}, `{r['commit']}`)" in block
+        assert f"({r['date']}, `{r['commit']}`; {r['machine']['cpus']} CPUs at load " in block
     page = report.page(report.load())
     assert "`" + train["command"] + "`" in page and "`" + load["command"] + "`" in page
 
