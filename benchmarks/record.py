@@ -86,6 +86,10 @@ def write(name: str, result: dict, out: pathlib.Path | None = None) -> pathlib.P
         raise ValueError(f"result: a results file needs {', '.join(REQUIRED)}; missing {', '.join(missing)}")
     path = pathlib.Path(out) if out is not None else RESULTS / f"{name}.json"
     write_json(path, result)
+    m = result["machine"]
+    print(f"{result['command']} · {result['date']} · commit {result['commit']} · {m['cpus']} CPUs, load average "
+          f"{m['loadavg_start'][0]:.1f} → {m.get('loadavg_end', [float('nan')])[0]:.1f}"
+          + (f", 2048² matmul {m['matmul_gflops']:.0f} GFLOP/s" if m.get("matmul_gflops") else ""), flush=True)
     return path
 
 
