@@ -184,7 +184,8 @@ def summary(result: dict) -> list:
     """The README's rows: the explorer through the idle server and the first streamed training update."""
     out = []
     if "explorer_server_idle" in result:
-        out.append(("demo: explorer through the idle server, median", f"{result['explorer_server_idle']['median_ms']:.0f} ms"))
+        out.append(("demo: explorer through the idle server, median",
+                    f"{result['explorer_server_idle']['median_ms']:.0f} ms"))
     runs = (result.get("training") or {}).get("runs") or []
     if runs:
         first = sorted(r["first_data_ms"] for r in runs)

@@ -270,7 +270,8 @@ def _compile_profile(cfg, settings, episodes, rounds):
                    for a, b in zip(jax.tree.leaves(metrics[first]), jax.tree.leaves(metrics[setting])))
         print(f"  setting {setting}: {v[0]:.3f} s/episode best, {v[len(v) // 2]:.3f} median of {rounds} chunks of "
               f"{episodes}; largest metric difference from setting {first}: {diff:.2g}", flush=True)
-        out["settings"][setting].update(episode_best_s=v[0], episode_median_s=v[len(v) // 2], max_metric_difference=diff)
+        out["settings"][setting].update(episode_best_s=v[0], episode_median_s=v[len(v) // 2],
+                                        max_metric_difference=diff)
     return out
 
 

@@ -72,3 +72,17 @@ def test_readme_markers_must_appear_once():
         report.readme_with_table("no markers here", report.readme_block({}))
     text = f"a\n{report.README_BEGIN}\nold\n{report.README_END}\nb"
     assert report.readme_with_table(text, "NEW") == "a\nNEW\nb"
+
+
+def test_a_gpu_results_file_renders_its_throughput():
+    """gpu_table3.py cannot run on this CPU; its renderer is checked on a results file of its shape."""
+    r = dict(record.header("python -m benchmarks.gpu_table3 --minutes 9"), kind="NVIDIA H100", out="results/x",
+             minutes=9.0, wall_seconds=540.0, configurations=2, of=9,
+             seed_episodes_per_second={"tpo_H_10_P": 1234.4, "grpo_H_10_P": 987.6})
+    r["machine"]["devices"] = ["cuda:0"]
+    record.finish(r)
+    page, block = report.page({"gpu_table3": r}), report.readme_block({"gpu_table3": r})
+    assert "| tpo_H_10_P: seed-episodes per second | 1234 |" in page
+    assert "| grpo_H_10_P: seed-episodes per second | 988 |" in page
+    assert "2 of 9 in 540 s" in page and "not run (needs a GPU)" not in page
+    assert "Table 3 at the paper's budget on NVIDIA H100: tpo_H_10_P | 1234 seed-episodes / s" in block
