@@ -84,7 +84,8 @@ def bench_server(args, result: dict):
 
         t0 = time.perf_counter()
         if not server.wait_for_line("warm-up done", args.warm_timeout):
-            print(f"warm-up did not finish within {args.warm_timeout} s; last log lines:\n" + "\n".join(server.log[-5:]))
+            print(f"warm-up did not finish within {args.warm_timeout} s; last log lines:\n"
+                  + "\n".join(server.log[-5:]))
             result["warm_up"] = None
             return
         line = next(x for x in server.log if "warm-up done" in x)
@@ -130,8 +131,8 @@ def bench_server(args, result: dict):
             rate = (t_b - t_a) / max(e_b - e_a, 1)
             result["training"]["runs"].append({"eta": eta, "seed": seed, "first_status_ms": 1000 * first_status,
                                                "first_data_ms": 1000 * first_data, "s_per_unit": rate})
-            print(f"  run {r + 1} (η={eta:g}, seed {seed}): first status {1000 * first_status:.0f} ms · first data update "
-                  f"{1000 * first_data:.0f} ms after the click · then {rate:.4f} s per {unit} for "
+            print(f"  run {r + 1} (η={eta:g}, seed {seed}): first status {1000 * first_status:.0f} ms · first data "
+                  f"update {1000 * first_data:.0f} ms after the click · then {rate:.4f} s per {unit} for "
                   f"{len(d['methods'])} methods ({e_b} {unit}s in {t_b:.1f} s)", flush=True)
             try:
                 job.cancel()  # what the Stop button does

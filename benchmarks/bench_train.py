@@ -256,13 +256,13 @@ def _compile_profile(cfg, settings, episodes, rounds):
     programs = {first: compiled}
     print(f"  setting {first}: compile {t_compile:.2f} s", flush=True)
     for setting in settings[1:]:
-        programs[setting], t = _timed(lambda: lowered.compile(_xla_options(setting)))
+        programs[setting], t = _timed(lambda setting=setting: lowered.compile(_xla_options(setting)))
         out["settings"][setting] = {"compile_s": t}
         print(f"  setting {setting}: compile {t:.2f} s", flush=True)
     times, metrics = collections.defaultdict(list), {}
     for _ in range(rounds):  # interleaved, so every setting sees the same moments of a noisy host
         for setting, c in programs.items():
-            (_, metrics[setting]), t = _timed(lambda: jax.block_until_ready(c(carry, 0)))
+            (_, metrics[setting]), t = _timed(lambda c=c: jax.block_until_ready(c(carry, 0)))
             times[setting].append(t / episodes)
     for setting, v in times.items():
         v = sorted(v)

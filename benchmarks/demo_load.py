@@ -288,7 +288,7 @@ def sequential_trainings(url: str, pid: int, n: int, every: int, parallel: int, 
         block = list(range(j, min(j + every, n)))
         todo = collections.deque(block)
 
-        def worker():
+        def worker(todo=todo):  # this block's queue
             while True:
                 with lock:
                     if not todo:
@@ -445,7 +445,8 @@ def rows(result: dict) -> list:
     q = result.get("queue") or {}
     rows = [("concurrent sessions, each training", f"{s['n']}"),
             ("their errors", f"{s['errors']}"),
-            ("latency submit → done, p50 / p90 / p99", " / ".join(_f(s["latency_s"][k]) for k in ("p50", "p90", "p99")) + " s"),
+            ("latency submit → done, p50 / p90 / p99",
+             " / ".join(_f(s["latency_s"][k]) for k in ("p50", "p90", "p99")) + " s"),
             ("submit → first update, p50 / p90", " / ".join(_f(s["first_update_s"][k]) for k in ("p50", "p90")) + " s"),
             ("each session's plots its own", "yes" if result["own_data"]["ok"] else "**no**"),
             ("trainings, one new session each", f"{t['n']} ({result['config']['parallel']} at a time)"),
@@ -481,10 +482,9 @@ def table(result: dict) -> str:
 
 def run(args, log=print) -> dict:
     """All three phases against a fresh server; returns the result dict (not yet written)."""
+    from benchmarks import record
     from demos import app
     from demos.server_process import running_server
-
-    from benchmarks import record
 
     result = record.header(record.command_line("demo_load", args.argv))
     load0 = result["machine"]["loadavg_start"]
@@ -546,7 +546,8 @@ def run(args, log=print) -> dict:
                                                     "first_data_s", "total_s", "signature", "q_error")}
                              for r in sessions]
     q_ok = result.get("queue", {}).get("ok", True)
-    result["ok"] = (result["compile_run"]["ok"] and result["sessions"]["errors"] == 0 and result["trainings"]["errors"] == 0
+    result["ok"] = (result["compile_run"]["ok"] and result["sessions"]["errors"] == 0
+                    and result["trainings"]["errors"] == 0
                     and result["own_data"]["ok"] and result["memory"]["ok"] and q_ok
                     and result["server_alive_at_end"] and result["server_tracebacks"] == 0)
     return result
