@@ -36,7 +36,11 @@ BENCHMARKS = {
                   "session's plots its own, the server's memory over many trainings, the queue bound", "not run"),
     "gpu_table3": ("Table 3 at the paper's budget on an accelerator", "every configuration's 20 seeds as one "
                    "program on a GPU: seed-episodes per second per configuration", "not run (needs a GPU)"),
+    "architecture": ("Architecture", "the import graph of tpo_core, demos, benchmarks and book (grimp): floors, "
+                     "upward imports, circles, lines of the library and the lab", "not measured"),
 }
+# not in the Performance table: the README's architecture paragraph has its own (python -m benchmarks.architecture)
+NOT_IN_PERFORMANCE = {"architecture"}
 
 
 def load(directory: pathlib.Path = record.RESULTS) -> dict:
@@ -100,6 +104,8 @@ def readme_block(results: dict) -> str:
     the page's section for the rest."""
     rows = []
     for name, (_, _, absent) in BENCHMARKS.items():
+        if name in NOT_IN_PERFORMANCE:
+            continue
         link = f"[{name}](benchmarks/results/README.md#{name})"
         if name not in results:
             rows.append(f"| {link} | — | {absent} |")
