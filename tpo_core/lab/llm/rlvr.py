@@ -82,13 +82,12 @@ BUDGETS = {
                     note="tiny random Llama, word-level tokenizer: seconds; tests only"),
     "cpu": Budget("smollm2", steps=20, prompts_per_step=1, k=16, max_completion_length=32, n_prompts=64,
                   seeds=(0, 1, 2), learning_rate=1e-5,
-                  note="SmolLM2-135M on a CPU, one puzzle x 16 completions of ≤ 32 tokens per step, 20 steps, "
-                       "3 seeds, one (method, seed) per core; the seconds each took are in the committed "
-                       "summary (results/<preset>_cpu/summary.json)"),
+                  note="SmolLM2-135M on a CPU, completions of ≤ 32 tokens, one (method, seed) per core; the "
+                       "seconds each took are in the committed summary (results/<preset>_cpu/summary.json)"),
     "gpu": Budget("smollm2", steps=60, prompts_per_step=4, k=16, max_completion_length=128, n_prompts=256,
                   seeds=(0, 1, 2), learning_rate=1e-5,
-                  note="SmolLM2-135M on one GPU (a free Colab T4, fp32, no vLLM), 4 puzzles x 16 completions "
-                       "of ≤ 128 tokens per step, 60 steps, 3 seeds; not measured (no GPU run is committed)"),
+                  note="SmolLM2-135M on one GPU (a free Colab T4, fp32, no vLLM), completions of ≤ 128 tokens; "
+                       "not measured (no GPU run is committed)"),
 }
 
 # ``python -m tpo_core reproduce <name> --budget smoke|cpu|gpu``: the paper's Reasoning Gym tasks (§3.8) at

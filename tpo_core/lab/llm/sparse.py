@@ -145,8 +145,8 @@ BUDGETS = {
                        "stage because TPO-mean's and GRPO's best sat at the edge, 1e-3), then 8 seeds per arm. Warm "
                        "start: 3000 supervised steps on greedy colourings (lr 3e-3), then 600 steps at rho = 0.1 "
                        "(lr 1e-3), which suppresses held-out success at T = 1 again, so that RL starts low (the "
-                       "warm start's success and the training seconds are in the committed summary). 42 runs plus 10 "
-                       "warm starts. An earlier design (random-colouring warm start only, 600 steps) learned "
+                       "warm start's success and the training seconds are in the committed summary). 42 runs "
+                       "plus 10 warm starts. An earlier design (random-colouring warm start only, 600 steps) learned "
                        "nothing in any arm: results/llm_sparse_coloring_cpu_v1"),
     "gpu": Budget(steps=300, grid_steps=300, lrs=(1e-4, 3e-4, 1e-3), grid_seeds=(100, 101),
                   main_seeds=tuple(range(16)), pretrain_steps=3000, pretrain_lr=3e-3, sft_steps=600, sft_lr=1e-3,
