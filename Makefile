@@ -52,8 +52,9 @@ OUT ?= _build/space
 space:  ## assemble the demo's Hugging Face Space into $(OUT)
 	$(PY) -m space.assemble --out $(OUT) $(SPACE_ARGS)
 
-bench: venv
-	$(BIN)/python benchmarks/bench_train.py
+bench: venv  ## the training benchmark: writes benchmarks/results/bench_train.json and renders benchmarks/results/README.md
+	$(BIN)/python -m benchmarks.bench_train
+	$(BIN)/python -m benchmarks.report
 
 # The sdist and the wheel in dist/, checked as PyPI will (tests/test_wheel.py also runs the wheel in a fresh venv;
 # a v* tag publishes them: .github/workflows/release.yml).

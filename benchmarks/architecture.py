@@ -1,6 +1,7 @@
 """The shape of the import graph of ``tpo_core``, ``demos``, ``benchmarks`` and ``book``, measured with grimp.
 
     python -m benchmarks.architecture            # print, and write benchmarks/results/architecture.json
+                                                 # (with benchmarks.record's header; benchmarks/report.py renders it)
     python -m benchmarks.architecture --readme   # also rewrite the README's architecture table from that file
 
 Every import a file makes counts, at module level or inside a function (grimp reads them all). The words:
@@ -26,6 +27,7 @@ import re
 
 import grimp
 
+from benchmarks import record
 from tpo_core.lab import atomic_io
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -132,21 +134,27 @@ def measure() -> dict:
     }
 
 
-def table(m: dict) -> str:
-    """The README's architecture table, from a measurement (lines rounded to 0.1k, so that the table does not
-    change with every edit)."""
+def rows(m: dict) -> list:
+    """(measure, value) rows of a measurement (lines rounded to 0.1k, so that they do not change with every edit):
+    the README's architecture table, and this file's section of ``benchmarks/results/README.md``."""
     f, c, n = m["floors"], m["circles"], m["lines"]
-    k = lambda x: f"{x / 1000:.1f}k"  # noqa: E731
-    return "\n".join([
-        "| measure | value |",
-        "|---|---|",
-        f"| floors between the layers (library, lab, demos, benchmarks) | {f['layers']} |",
-        f"| floors between the rooms (modules and subpackages under each layer) | {f['rooms']} |",
-        f"| floors between the modules inside the library / inside the lab | {f['library_modules']} / {f['lab_modules']} |",
-        f"| upward imports | {len(m['upward'])} |",
-        f"| circles between modules / between rooms | {len(c['modules'])} / {len(c['rooms'])} |",
-        f"| non-blank lines: library + bridge / lab | {k(n['library'])} + {k(n['bridge'])} / {k(n['lab'])} |",
-    ])
+
+    def k(x):
+        return f"{x / 1000:.1f}k"
+    return [
+        ("floors between the layers (library, lab, demos, benchmarks)", f"{f['layers']}"),
+        ("floors between the rooms (modules and subpackages under each layer)", f"{f['rooms']}"),
+        ("floors between the modules inside the library / inside the lab",
+         f"{f['library_modules']} / {f['lab_modules']}"),
+        ("upward imports", f"{len(m['upward'])}"),
+        ("circles between modules / between rooms", f"{len(c['modules'])} / {len(c['rooms'])}"),
+        ("non-blank lines: library + bridge / lab", f"{k(n['library'])} + {k(n['bridge'])} / {k(n['lab'])}"),
+    ]
+
+
+def table(m: dict) -> str:
+    """The README's architecture table, from a measurement."""
+    return "\n".join(["| measure | value |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows(m)])
 
 
 def _block(text: str) -> re.Match:
@@ -171,8 +179,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.architecture", description=__doc__.split("\n")[0])
     ap.add_argument("--readme", action="store_true", help="rewrite the README's architecture table from the file")
     args = ap.parse_args(argv)
-    m = measure()
-    atomic_io.write_json(OUT, m)
+    m = dict(record.header(record.command_line("architecture", argv, module=True),
+                           note="a measurement of the source tree: the host's load does not change it"), **measure())
+    record.write("architecture", record.finish(m), OUT)
     print(json.dumps(m, indent=1))
     print(table(m))
     if args.readme:

@@ -2,8 +2,11 @@
 steady-state seconds per episode for 1 and 8 vmapped seeds, a 5-value η sweep × 2 seeds as one program, and a
 profile of where one episode's time goes (sampling, the training forward/backward, the optimizer).
 
-Usage: python benchmarks/bench_train.py [--episodes 20] [--seeds 1 8] [--run-batch 1 2] [--method tpo] [--no-profile]
-       [--ops] [--compile [--compare default tpo_core level1]] [--startup]
+Usage: python -m benchmarks.bench_train [--episodes 20] [--seeds 1 8] [--run-batch 1 2] [--method tpo] [--no-profile]
+       [--no-sweep] [--ops] [--compile [--compare default tpo_core level1]] [--startup] [--out FILE]
+Prints the figures and writes them, with the command, the date, the commit and the host (its cores, load average and
+a 2048² matrix-product probe, ``record.matmul_gflops``), to ``benchmarks/results/bench_train.json`` (atomically;
+``benchmarks/report.py`` renders it).
 Compile time = first chunk minus one steady chunk (the init program included). Every timing blocks on its outputs.
 ``--ops`` also traces one steady chunk of the fused program (XLA's own per-kernel timings, through
 ``jax.profiler``) and sums kernel time by phase of the episode (the named scopes of ``tpo_core.train``) and by
@@ -34,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from benchmarks import record
 from tpo_core import runtime
 from tpo_core.config import TokenConfig
 from tpo_core.train import make_token_program
@@ -65,8 +69,8 @@ def _best(fn, *args, repeat=5):
     return min(times)
 
 
-def profile(cfg: TokenConfig):
-    """Time the pieces of one episode separately, each jitted alone at the same shapes."""
+def profile(cfg: TokenConfig) -> dict:
+    """Time the pieces of one episode separately, each jitted alone at the same shapes (seconds, best of 5)."""
     program = make_token_program(cfg)
     parts = program.chunk.parts
     knobs = {k: jnp.float32(v) for k, v in cfg.knobs.items()}
@@ -87,6 +91,7 @@ def profile(cfg: TokenConfig):
     print(f"profile (one seed, best of 5): episode {t_ep:.3f} s = sampling {t_roll:.3f} s "
           f"+ {E} x (forward/backward {t_grad:.3f} s + optimizer {t_opt:.4f} s) "
           f"[sum {t_roll + E * (t_grad + t_opt):.3f} s; the rest is metrics and fusion effects]", flush=True)
+    return {"episode_s": t_ep, "sampling_s": t_roll, "forward_backward_s": t_grad, "optimizer_s": t_opt, "epochs": E}
 
 
 PHASES = ("sampling", "forward_backward", "optimizer", "metrics")
@@ -104,7 +109,7 @@ def _phase(op_name: str) -> str:
     return next((p for p in PHASES if f"/{p}/" in op_name + "/"), "unlabelled")
 
 
-def _phases_of_instructions(hlo: str) -> dict:
+def phases_of_instructions(hlo: str) -> dict:
     """Instruction name -> phase, from the op_name metadata of the optimized HLO. XLA drops the metadata of
     some instructions (library fusions, copies); such an instruction takes the phase of its fused computation,
     else the most common phase of its operands, else that of the labelled instruction before it."""
@@ -151,15 +156,15 @@ def _trace_events(directory: str, suffix: str) -> list:
     return trace["traceEvents"] if isinstance(trace, dict) else trace
 
 
-def op_profile(cfg: TokenConfig, episodes: int = 2):
-    """Per-kernel times of the fused episode, from one traced steady chunk (one seed). The chunk is short: the
-    profiler's event buffer drops kernels of longer traces (10 episodes lost about 40 % of them here)."""
+def op_profile(cfg: TokenConfig, episodes: int = 2) -> dict:
+    """Per-kernel times of the fused episode, from one traced steady chunk (one seed): kernel seconds per episode
+    by phase and by kind of kernel. The chunk is short: the profiler's event buffer drops kernels of longer traces."""
     program = make_token_program(cfg)
     carry = program.init([0])
     carry, m = program.chunk(carry, 0, episodes)
     jax.block_until_ready(m)
     hlo = program.chunk.lower(carry, episodes, episodes).compile().as_text()
-    phase_of = _phases_of_instructions(hlo)
+    phase_of = phases_of_instructions(hlo)
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
         with jax.profiler.trace(d, create_perfetto_trace=True):
@@ -179,6 +184,8 @@ def op_profile(cfg: TokenConfig, episodes: int = 2):
           f"{total:.3f} s of kernel time per episode summed over threads", flush=True)
     for title, table in (("by phase", by_phase), ("by kind", by_kind)):
         print(f"  {title}: " + "; ".join(f"{k} {v:.3f} s ({100 * v / total:.0f} %)" for k, v in table.most_common()))
+    return {"episodes_traced": episodes, "wall_s_per_episode": wall / episodes, "kernel_s_per_episode": total,
+            "by_phase_s": dict(by_phase.most_common()), "by_kind_s": dict(by_kind.most_common())}
 
 
 # XLA's compile stages, as the profiler names them (jaxlib 0.10.2); a name missing from the trace prints "n/a".
@@ -207,13 +214,15 @@ def _timed(fn):
     return out, time.perf_counter() - t
 
 
-def compile_profile(cfg: TokenConfig, settings=("default", "tpo_core"), episodes: int = 5, rounds: int = 6):
-    """Where one cold compile goes, and what the compile settings trade (see the module docstring)."""
+def compile_profile(cfg: TokenConfig, settings=("default", "tpo_core"), episodes: int = 5, rounds: int = 6) -> dict:
+    """Where one cold compile goes, and what the compile settings trade (see the module docstring). Returns
+    ``{"init_s", "trace_s", "lower_s", "stages_s": {title: s or None}, "llvm_kernels", "settings": {setting:
+    {"compile_s", "episode_best_s", "episode_median_s", "max_metric_difference"}}}``."""
     runtime.release_compiled(force=True)  # cold: forget the programs the timings above compiled
     cache_was = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)  # and never read a persistent cache
     try:
-        _compile_profile(cfg, settings, episodes, rounds)
+        return _compile_profile(cfg, settings, episodes, rounds)
     finally:
         jax.config.update("jax_enable_compilation_cache", cache_was)
 
@@ -240,15 +249,20 @@ def _compile_profile(cfg, settings, episodes, rounds):
         print(f"  {title}: " + (f"{spans[name]:.2f} s" if name in spans else "n/a (no such span in the trace)"),
               flush=True)
     print(f"  fused kernels compiled by LLVM: {counts.get('FusionCompiler::Compile', 'n/a')}", flush=True)
+    out = {"init_s": t_init, "trace_s": t_trace, "lower_s": t_lower,
+           "stages_s": {title: spans.get(name) for title, name in COMPILE_STAGES},
+           "llvm_kernels": counts.get("FusionCompiler::Compile"), "episodes": episodes, "rounds": rounds,
+           "settings": {first: {"compile_s": t_compile}}}
     programs = {first: compiled}
     print(f"  setting {first}: compile {t_compile:.2f} s", flush=True)
     for setting in settings[1:]:
-        programs[setting], t = _timed(lambda: lowered.compile(_xla_options(setting)))
+        programs[setting], t = _timed(lambda setting=setting: lowered.compile(_xla_options(setting)))
+        out["settings"][setting] = {"compile_s": t}
         print(f"  setting {setting}: compile {t:.2f} s", flush=True)
     times, metrics = collections.defaultdict(list), {}
     for _ in range(rounds):  # interleaved, so every setting sees the same moments of a noisy host
         for setting, c in programs.items():
-            (_, metrics[setting]), t = _timed(lambda: jax.block_until_ready(c(carry, 0)))
+            (_, metrics[setting]), t = _timed(lambda c=c: jax.block_until_ready(c(carry, 0)))
             times[setting].append(t / episodes)
     for setting, v in times.items():
         v = sorted(v)
@@ -256,6 +270,9 @@ def _compile_profile(cfg, settings, episodes, rounds):
                    for a, b in zip(jax.tree.leaves(metrics[first]), jax.tree.leaves(metrics[setting])))
         print(f"  setting {setting}: {v[0]:.3f} s/episode best, {v[len(v) // 2]:.3f} median of {rounds} chunks of "
               f"{episodes}; largest metric difference from setting {first}: {diff:.2g}", flush=True)
+        out["settings"][setting].update(episode_best_s=v[0], episode_median_s=v[len(v) // 2],
+                                        max_metric_difference=diff)
+    return out
 
 
 def startup_profile(fields: dict, episodes: int) -> list:
@@ -264,8 +281,8 @@ def startup_profile(fields: dict, episodes: int) -> list:
     runs = []
     with tempfile.TemporaryDirectory() as cache:
         for _ in range(2):
-            child = subprocess.run([sys.executable, os.path.abspath(__file__), "--startup-child",
-                                    json.dumps(dict(fields, episodes=episodes))],
+            child = subprocess.run([sys.executable, "-m", "benchmarks.bench_train", "--startup-child",
+                                    json.dumps(dict(fields, episodes=episodes))], cwd=record.ROOT,
                                    env=dict(os.environ, TPO_JAX_CACHE=cache), capture_output=True, text=True)
             if child.returncode:
                 raise RuntimeError(f"the --startup process failed:\n{child.stderr[-2000:]}")
@@ -285,10 +302,12 @@ def _startup_child(fields: str):
     print(json.dumps({"compile": compile_s, "episode": per_ep}))
 
 
-def main():
-    if sys.argv[1:2] == ["--startup-child"]:
-        return _startup_child(sys.argv[2])
-    ap = argparse.ArgumentParser(description=__doc__)
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--startup-child"]:
+        return _startup_child(argv[1])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_train", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--method", default="tpo")
@@ -303,37 +322,110 @@ def main():
                     help="compile settings that --compile compares (default: default tpo_core)")
     ap.add_argument("--startup", action="store_true",
                     help="compile of a 1-seed run in a fresh process: cold, then from the persistent cache")
-    args = ap.parse_args()
+    ap.add_argument("--out", default=None, help="results file (default benchmarks/results/bench_train.json)")
+    args = ap.parse_args(argv)
     if args.ops:  # before the backend starts: XLA's CPU runtime reports per-kernel times to the profiler
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true").strip()
-    print(f"devices: {jax.devices()}")
+    result = record.header(record.command_line("bench_train", argv, module=True))
+    result["machine"]["devices"] = [str(d) for d in jax.devices()]
+    result["machine"]["matmul_gflops"] = record.matmul_gflops()
+    print(f"devices: {jax.devices()} · 2048² matmul {result['machine']['matmul_gflops']:.0f} GFLOP/s · "
+          f"load average {result['machine']['loadavg_start'][0]:.1f} on {os.cpu_count()} CPUs")
     cfg = TokenConfig(method=args.method, H=args.H, episodes=args.episodes, track=2)
-    base = None
+    result["config"] = {"method": args.method, "H": args.H, "V": cfg.V, "B": cfg.B, "K": cfg.K,
+                        "epochs": cfg.n_epochs, "episodes": args.episodes}
+    base, result["runs"] = None, []
     for s in args.seeds:
         for rb in [None] + ([b for b in args.run_batch if b < s] if s > 1 else []):
             compile_s, per_ep = measure(cfg, list(range(s)), args.episodes, run_batch=rb)
             base = base or per_ep
             form = "vmapped" if rb is None else f"run_batch={rb}"
-            print(f"{args.method} H={args.H} B=100 K=8 seeds={s} ({form}): compile {compile_s:5.1f} s, "
+            result["runs"].append({"seeds": s, "form": form, "compile_s": compile_s, "episode_s": per_ep,
+                                   "x_first": per_ep / base})
+            print(f"{args.method} H={args.H} B={cfg.B} K={cfg.K} seeds={s} ({form}): compile {compile_s:5.1f} s, "
                   f"{per_ep:.3f} s/episode ({per_ep / s:.3f} s per seed-episode, {1 / per_ep:.2f} episodes/s, "
-                  f"{per_ep / base:.2f}x the 1-seed time)", flush=True)
+                  f"{per_ep / base:.2f}x the first row's time)", flush=True)
     if not args.no_sweep:
+        result["sweep"] = {"etas": ETAS, "seeds": 2, "forms": []}
         for rb in [None] + list(args.run_batch):
             compile_s, per_ep = measure(cfg, [0, 1], args.episodes, [{"eta": e} for e in ETAS], run_batch=rb)
             form = "vmapped" if rb is None else f"run_batch={rb}"
+            result["sweep"]["forms"].append({"form": form, "compile_s": compile_s, "episode_s": per_ep,
+                                             "x_first": per_ep / base})
             print(f"eta sweep {ETAS} x 2 seeds (one program, 10 runs, {form}): compile {compile_s:5.1f} s, "
-                  f"{per_ep:.3f} s/episode = {per_ep / base:.2f}x one run", flush=True)
+                  f"{per_ep:.3f} s/episode = {per_ep / base:.2f}x the first row", flush=True)
     if not args.no_profile:
-        profile(cfg)
+        result["profile"] = profile(cfg)
     if args.ops:
-        op_profile(cfg)
+        result["ops"] = op_profile(cfg)
     if args.compile:
-        compile_profile(cfg, args.compare)
+        result["compile"] = compile_profile(cfg, args.compare)
     if args.startup:
         cold, cached = startup_profile(dict(method=args.method, H=args.H, track=2), args.episodes)
+        result["startup"] = {"cold": cold, "from_cache": cached}
         print(f"fresh process, 1 seed: compile {cold['compile']:.2f} s with an empty persistent cache "
               f"({cold['cache_files']} files written), {cached['compile']:.2f} s in the next process reading it "
               f"({cold['episode']:.3f} / {cached['episode']:.3f} s/episode)", flush=True)
+    path = record.write("bench_train", record.finish(result), args.out)
+    print(f"wrote {path}")
+
+
+def rows(result: dict) -> list:
+    """The figures of a results file as (what, measured) rows, for ``benchmarks/report.py``."""
+    c = result["config"]
+    out = [("config", f"{c['method']}, H = {c['H']}, V = {c['V']}, B = {c['B']}, K = {c['K']}, {c['epochs']} epochs, "
+                      f"timed over {c['episodes']} episodes after a first chunk of as many")]
+    for i, r in enumerate(result["runs"]):
+        ratio = f" ({r['x_first']:.2f}× the first row)" if i else ""
+        out.append((f"{r['seeds']} seed{'s' if r['seeds'] > 1 else ''} ({r['form']}): s / episode, compile",
+                    f"{r['episode_s']:.3f} s{ratio}, compile {r['compile_s']:.1f} s"))
+    if "sweep" in result:
+        n = len(result["sweep"]["etas"]) * result["sweep"]["seeds"]
+        for r in result["sweep"]["forms"]:
+            out.append((f"{len(result['sweep']['etas'])}-value η sweep × {result['sweep']['seeds']} seeds, one "
+                        f"program of {n} runs ({r['form']})",
+                        f"{r['episode_s']:.3f} s / episode ({r['x_first']:.2f}× the first row), compile "
+                        f"{r['compile_s']:.1f} s"))
+    if "profile" in result:
+        p = result["profile"]
+        out.append(("parts jitted alone (best of 5): episode = sampling + epochs × (forward/backward + optimizer)",
+                    f"{p['episode_s']:.3f} s = {p['sampling_s']:.3f} + {p['epochs']} × ({p['forward_backward_s']:.3f}"
+                    f" + {p['optimizer_s']:.4f}) s"))
+    if "ops" in result:
+        o = result["ops"]
+        for title, key in (("by phase", "by_phase_s"), ("by kind", "by_kind_s")):
+            total = o["kernel_s_per_episode"]
+            out.append((f"XLA's kernels of the fused episode (`--ops`), {title}",
+                        "; ".join(f"{k} {100 * v / total:.0f} %" for k, v in o[key].items())))
+    if "compile" in result:
+        k = result["compile"]
+        stages = ", ".join(f"{t} {v:.2f} s" for t, v in k["stages_s"].items() if v is not None)
+        out.append(("where a cold compile goes (`--compile`)",
+                    f"init program {k['init_s']:.2f} s, tracing {k['trace_s']:.2f} s, lowering {k['lower_s']:.2f} s;"
+                    f" {stages}; {k['llvm_kernels']} fused kernels"))
+        for name, v in k["settings"].items():
+            out.append((f"compile setting `{name}`: compile, s / episode (best, median)",
+                        f"{v['compile_s']:.2f} s, {v.get('episode_best_s', float('nan')):.3f} / "
+                        f"{v.get('episode_median_s', float('nan')):.3f} s"))
+    if "startup" in result:
+        a, b = result["startup"]["cold"], result["startup"]["from_cache"]
+        out.append(("compile of the 1-seed run in a fresh process (`--startup`): cold / from the persistent cache",
+                    f"{a['compile']:.2f} s / {b['compile']:.2f} s"))
+    return out
+
+
+def summary(result: dict) -> list:
+    """The README's rows: one run's speed and compile, and what several runs cost beside it."""
+    c, first = result["config"], result["runs"][0]
+    out = [(f"Table-3 config ({c['method']}, H = {c['H']}, B = {c['B']}, K = {c['K']}), {first['seeds']} seed: "
+            "s / episode, compile", f"{first['episode_s']:.3f} s, compile {first['compile_s']:.1f} s")]
+    more = [r for r in result["runs"][1:] if r["form"] == "vmapped"]
+    if more:
+        out.append((f"{more[-1]['seeds']} seeds vmapped, × one seed's time", f"{more[-1]['x_first']:.2f}×"))
+    if "startup" in result:
+        b = result["startup"]["from_cache"]
+        out.append(("compile in a later process, from the persistent cache", f"{b['compile']:.2f} s"))
+    return out
 
 
 if __name__ == "__main__":

@@ -3,17 +3,21 @@ paper's scale). Every configuration trains its 20 seeds as one program (vmapped,
 devices); configurations run headline-first (P, H=10 TPO and GRPO, then H=7..9, then the interaction-matched
 column) until ``--minutes`` is spent. Writes, atomically, per-run NPZs (the same files as
 ``python -m tpo_core reproduce table3 --budget paper``, so that command later resumes from them), a
-summary.json and figure.html over the finished runs, and device.json with the device and its throughput.
+summary.json and figure.html over the finished runs, and device.json with the device and its throughput; the
+throughput also goes, with the command, the date, the commit and the host, to
+``benchmarks/results/gpu_table3.json`` (``benchmarks.record``; ``benchmarks/report.py`` renders it).
 
-Usage (on the GPU machine):  python benchmarks/gpu_table3.py --minutes 9 --out results/table3_paper
+Usage (on the GPU machine):  python -m benchmarks.gpu_table3 --minutes 9 --out results/table3_paper
 """
 import argparse
 import json
 import pathlib
+import sys
 import time
 
 import jax
 
+from benchmarks import record
 from tpo_core import runtime
 from tpo_core.lab import atomic_io
 from tpo_core.lab.reproduce import get, runner
@@ -27,15 +31,18 @@ def order(runs):
     return sorted(runs, key=rank)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu_table3", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=9.0, help="stop starting new configurations after this")
     ap.add_argument("--out", default="results/table3_paper")
     ap.add_argument("--chunk", type=int, default=250)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if not args.minutes > 0:
         raise SystemExit("error: minutes must be > 0")
     runtime.enable_compile_cache()
+    result = record.header(record.command_line("gpu_table3", argv, module=True))
     out = pathlib.Path(args.out)
     preset = get("table3")
     runs, note = preset.runs("paper")
@@ -55,7 +62,7 @@ def main():
         done.append(run)
         curves[run.key], infos[run.key] = cached
     summary = runner.summarize(preset, "paper", note + f"; {len(done)} of {len(runs)} configurations (time budget)",
-                               done, curves, infos, command="python benchmarks/gpu_table3.py")
+                               done, curves, infos, command="python -m benchmarks.gpu_table3")
     atomic_io.write_json(out / "summary.json", summary)
     atomic_io.write_text(out / "figure.html", preset_figure_html(summary, done, curves))
     device = dict(devices=[str(d) for d in jax.devices()], kind=jax.devices()[0].device_kind,
@@ -63,6 +70,30 @@ def main():
                   seed_episodes_per_second=rates)
     atomic_io.write_json(out / "device.json", device)
     print(json.dumps(device, indent=1))
+    result["machine"]["devices"] = device["devices"]
+    result.update(kind=device["kind"], out=str(out), minutes=args.minutes, wall_seconds=device["wall_seconds"],
+                  configurations=len(done), of=len(runs), seed_episodes_per_second=rates)
+    print(f"wrote {record.write('gpu_table3', record.finish(result))}")
+
+
+def rows(result: dict) -> list:
+    """The figures of a results file as (what, measured) rows, for ``benchmarks/report.py``."""
+    out = [("device", f"{result['kind']} ({len(result['machine']['devices'])} device(s))"),
+           ("configurations finished in the time budget",
+            f"{result['configurations']} of {result['of']} in {result['wall_seconds']:.0f} s (--minutes "
+            f"{result['minutes']:g})")]
+    out += [(f"{key}: seed-episodes per second", f"{rate:.0f}")
+            for key, rate in result["seed_episodes_per_second"].items()]
+    return out
+
+
+def summary(result: dict) -> list:
+    """The README's row: the headline configuration's throughput on the accelerator."""
+    rates = result["seed_episodes_per_second"]
+    if not rates:
+        return [("Table 3 at the paper's budget on a GPU", f"0 configurations trained on {result['kind']}")]
+    key, rate = next(iter(rates.items()))
+    return [(f"Table 3 at the paper's budget on {result['kind']}: {key}", f"{rate:.0f} seed-episodes / s")]
 
 
 if __name__ == "__main__":

@@ -369,7 +369,7 @@ def build_app() -> gr.Blocks:
                         start = gr.Button("Train", variant="primary", elem_id="train-start")
                         stop = gr.Button("Stop", variant="stop", elem_id="train-stop")
                     gr.Markdown("Single-sample methods (PPO, PG, DG) are interaction-matched: B·K prompts and "
-                                "lr·√K. A new configuration compiles once (≈ 1–10 s on a CPU); the default one "
+                                "lr·√K. A new configuration compiles once, then is cached; the default one "
                                 "is compiled at startup. Two runs train at a time; others wait in the queue. "
                                 "Stop ends a run after its current chunk; Train pressed while a run is going "
                                 "starts the new run when that one ends.")

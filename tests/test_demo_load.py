@@ -1,25 +1,16 @@
-"""benchmarks/demo_load.py: the demo under concurrent training sessions (a reduced run), its committed results and
-the README table made from them."""
+"""benchmarks/demo_load.py: the demo under concurrent training sessions (a reduced run) and its committed results
+(their rendering: tests/test_benchmarks_report.py)."""
 import collections
-import importlib.util
 import json
 import pathlib
 
 import numpy as np
 import pytest
 
+from benchmarks import demo_load as DL
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "demo_load.json"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("demo_load", ROOT / "benchmarks" / "demo_load.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-DL = _load()
 
 
 def _pq_payload(names, p_old, q):
@@ -109,14 +100,6 @@ def test_committed_results_have_the_fields_and_pass():
     assert r["own_data"]["ok"] and r["own_data"]["q_checked_runs"] > 0
     assert r["queue"]["ok"] and r["queue"]["refused"] == r["queue"]["extra_submitted"]
     assert r["ok"]
-
-
-def test_readme_table_matches_the_committed_results():
-    r = json.loads(RESULTS.read_text())
-    text = (ROOT / "README.md").read_text()
-    assert text.count(DL.README_BEGIN) == 1 and text.count(DL.README_END) == 1
-    block = text[text.index(DL.README_BEGIN):text.index(DL.README_END) + len(DL.README_END)]
-    assert block == DL.readme_block(r), "README.md's table is stale: python benchmarks/demo_load.py --readme"
 
 
 def test_app_keeps_at_most_max_sessions_of_session_state(monkeypatch, free_port):

@@ -422,17 +422,6 @@ def test_step_norm_stays_normal_size_on_an_all_fail_batch():
     np.testing.assert_allclose(fail["update_norm"], fail["step_norm"], rtol=1e-5)  # one epoch: one step
 
 
-def _bench_train():
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_train.py"
-    spec = importlib.util.spec_from_file_location("bench_train", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
-
-
 def test_the_compiled_episode_labels_its_phases_for_the_op_profile():
     """benchmarks/bench_train.py --ops sums XLA's kernel times by the named scopes of the episode: every phase
     must reach the optimized program, and the benchmark's mapping must give every instruction a phase."""
@@ -445,8 +434,9 @@ def test_the_compiled_episode_labels_its_phases_for_the_op_profile():
     names = set(re.findall(r'op_name="([^"]*)"', hlo))
     for phase in ("sampling", "forward_backward", "optimizer", "metrics"):
         assert any(f"/{phase}/" in n for n in names), f"no operation of the compiled episode is labelled {phase}"
-    bench = _bench_train()
-    phases = bench._phases_of_instructions(hlo)
+    from benchmarks import bench_train as bench
+
+    phases = bench.phases_of_instructions(hlo)
     instructions = set(re.findall(r"^\s*(?:ROOT )?%?([\w.\-]+) = ", hlo, re.M))
     assert instructions <= set(phases)
     assert set(phases.values()) >= {"sampling", "forward_backward", "optimizer", "metrics"}
@@ -456,25 +446,25 @@ def test_the_compiled_episode_labels_its_phases_for_the_op_profile():
 
 def test_the_compile_profile_finds_every_stage_of_xla_and_leaves_the_cache_setting_alone(capsys):
     """benchmarks/bench_train.py --compile reads XLA's compile stages from the profiler by name: each must be
-    found in a cold compile (a renamed span would print "n/a"), the stages are parts of the whole, LLVM compiled
-    some kernels, every compared setting compiles and runs, and the persistent-cache setting is restored."""
-    import re
+    found in a cold compile (a renamed span would print "n/a" and record None), the stages are parts of the whole,
+    LLVM compiled some kernels, every compared setting compiles and runs, and the persistent-cache setting is
+    restored."""
+    from benchmarks import bench_train as bench
 
-    bench = _bench_train()
     before = jax.config.jax_enable_compilation_cache
-    bench.compile_profile(TokenConfig(method="tpo", **TINY), settings=("default", "tpo_core", "level1"), episodes=1,
-                          rounds=1)
+    got = bench.compile_profile(TokenConfig(method="tpo", **TINY), settings=("default", "tpo_core", "level1"),
+                                episodes=1, rounds=1)
     out = capsys.readouterr().out
     assert jax.config.jax_enable_compilation_cache == before
     assert "n/a" not in out, out
-    stage = {title: float(re.search(rf"  {re.escape(title)}: ([\d.]+) s", out).group(1))
-             for title, _ in bench.COMPILE_STAGES}
+    stage = dict(got["stages_s"])
+    assert set(stage) == {title for title, _ in bench.COMPILE_STAGES} and None not in stage.values(), stage
     whole = stage.pop("XLA's whole compile")
     assert 0 < sum(stage.values()) <= whole + 0.01, (stage, whole)
-    assert int(re.search(r"fused kernels compiled by LLVM: (\d+)", out).group(1)) > 0
-    for setting in ("default", "tpo_core", "level1"):
-        assert re.search(rf"setting {setting}: compile [\d.]+ s", out)
-        assert re.search(rf"setting {setting}: [\d.]+ s/episode best", out)
+    assert got["llvm_kernels"] > 0
+    assert set(got["settings"]) == {"default", "tpo_core", "level1"}
+    for setting, v in got["settings"].items():
+        assert v["compile_s"] > 0 and v["episode_best_s"] > 0, (setting, v)
 
 
 def test_runs_in_batches_equal_all_runs_vmapped():
@@ -501,7 +491,8 @@ def test_the_startup_profile_compiles_in_the_first_process_and_loads_in_the_seco
     """benchmarks/bench_train.py --startup: two fresh processes share one new persistent compile cache; the first
     writes the programs into it, the second loads them instead of compiling (it still traces and lowers them, so
     at this tiny size its figure drops by the XLA compile only)."""
-    bench = _bench_train()
+    from benchmarks import bench_train as bench
+
     cold, cached = bench.startup_profile(dict(method="tpo", **dict(TINY, H=5)), episodes=2)
     assert cold["cache_files"] > 0                              # the first process wrote its programs
     assert cached["cache_files"] == cold["cache_files"]         # the second found them all: nothing new written

@@ -18,7 +18,7 @@ def _rows(f, x):
 
     The same numbers as applying it to x directly; on the CPU it keeps each weight gradient one plain [d, N] x
     [N, f] product: with the leading axes kept (B, K, T), XLA contracts over three axes at once and first copies
-    the [N, f] operand into transposed layout (README § Performance).
+    the [N, f] operand into transposed layout (``python -m benchmarks.bench_train --ops`` counts layout copies).
     """
     y = f(x.reshape(-1, x.shape[-1]))
     return y.reshape(x.shape[:-1] + y.shape[1:])
@@ -36,7 +36,7 @@ def _mm_nt(a, b):
 
     Forward and gradients are the plain products; the custom rule only chooses operand layouts. The gradient
     of b is (gᵀ)·a with gᵀ materialized: contracting over a non-minor axis of both operands, XLA's CPU backend
-    runs these tiny batched products (8-19 rows) as its slowest kind (README § Performance).
+    runs these batched products over a few rows (the answer's tokens) as its slowest kind.
     """
     return jnp.einsum("...me,...ne->...mn", a, b)
 
@@ -107,8 +107,8 @@ class Attention(nnx.Module):
 
     def qkv(self, x):  # [..., d] -> one (q, k, v) per head, each [..., hd]
         # Head by head, each a [rows, d] x [d, hd] product: attention then runs on contiguous [..., T, hd] arrays
-        # with no transpose between the token-major projections and the head-batched products (README
-        # § Performance). The same numbers as the reference's [..., h, hd] layout.
+        # with no transpose between the token-major projections and the head-batched products. The same numbers as
+        # the reference's [..., h, hd] layout.
         w = self.wqkv[...]
         biases = [b[...] for b in (self.bq, self.bk, self.bv)]
         return [tuple(_rows(lambda r, i=i, j=j: r @ w[i, :, j], x) + biases[i][j] for i in range(3))

@@ -27,9 +27,9 @@ def enable_compile_cache(path: str | None = None) -> str:
     return path
 
 
-# XLA's CPU backend maps every compiled kernel into its own memory regions: one Transformer training program
-# holds ~1,300 of the process's memory maps until it is freed. Linux allows vm.max_map_count (65,530 by
-# default) per process; past it the next compile crashes the interpreter (SIGSEGV / SIGABRT inside XLA).
+# XLA's CPU backend maps every compiled kernel into its own memory regions: a compiled program holds memory maps
+# in proportion to its fused kernels until it is freed. Linux allows vm.max_map_count per process; past it the
+# next compile crashes the interpreter (SIGSEGV / SIGABRT inside XLA).
 # A process that compiles many programs (a long preset, the demo server, a notebook) therefore frees its
 # compiled programs once it holds half of the limit; they recompile on next use.
 MAP_BUDGET_FRACTION = 0.5
@@ -93,9 +93,10 @@ def release_compiled(force: bool = False) -> bool:
 
 
 # XLA's CPU backend has an optimisation preset for compile speed (``xla_cpu_opt_preset``). The training programs
-# (``chunk``) compile with it about a second faster at the Table-3 size and run their episodes as fast as with the
-# default preset (interleaved A/Bs in README § Performance); their numbers agree with the default preset's to float
-# rounding, not bit for bit (tests/test_train.py checks both).
+# (``chunk``) compile with it: it spends less of XLA's compile on optimisation passes that these programs'
+# episodes do not gain from (``python -m benchmarks.bench_train --compile`` compares the presets' compile and
+# episode times); their numbers agree with the default preset's to float rounding, not bit for bit
+# (tests/test_train.py checks both).
 CHUNK_COMPILER_OPTIONS = {"xla_cpu_opt_preset": "CPU_OPT_PRESET_FAST_COMPILE"}
 # The init program (parameters and optimizer state of every run) runs once per run, so how fast its code runs does
 # not matter, only how fast it compiles: LLVM at level 1 as well. Its outputs are bit-identical to XLA's defaults

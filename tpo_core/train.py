@@ -143,8 +143,8 @@ def _map_runs(one_run, carry, run_batch: int | None):
     """Advance every run: all vmapped at once (``run_batch=None``), or ``run_batch`` at a time, one batch after
     another inside the same program (``lax.map``). Same per-run computation either way; on a CPU where one run
     already keeps every core busy the batched form is faster (benchmarks/bench_train.py measures both).
-    A single run is traced without ``vmap`` (the same computation): XLA compiles that program faster (README
-    § Performance)."""
+    A single run is traced without ``vmap`` (the same computation): XLA compiles that program faster, with no run
+    axis on its arrays."""
     if jax.tree.leaves(carry)[0].shape[0] == 1:
         return jax.tree.map(lambda x: x[None], one_run(jax.tree.map(lambda x: x[0], carry)))
     if run_batch is None:
@@ -389,7 +389,8 @@ def train_tokens(cfg: TokenConfig, seeds: Sequence[int] = (0,), chunk_size: int 
 
     ``sweep={"eta": [0.25, 0.5, 1, 2, 4]}`` (any of ``cfg.knobs``; several keys are zipped) runs every
     value × seed in one compiled program and returns metrics [P, S, episodes, ...]. ``run_batch``: runs
-    vmapped together (None: all; 1 or 2 is faster for many runs of the Table-3 model on a 2-core CPU)."""
+    vmapped together (None: all, what an accelerator wants; on a CPU whose cores one run already fills, a small
+    ``run_batch`` avoids batching every product over the runs)."""
     points = check_sweep(cfg, sweep) if sweep else None
     check_run_memory(cfg, len(seeds), len(points) if points else 1, run_batch)
     return _collect(make_token_program(cfg, run_batch), seeds, cfg.episodes, chunk_size, callback, points)

@@ -95,7 +95,8 @@ def _add_train(sub):
     p.add_argument("--chunk", type=_positive_int("chunk"), default=None, help="episodes per streamed chunk")
     p.add_argument("--run-batch", type=_positive_int("run-batch"), default=None,
                    help="runs (seeds x sweep values) vmapped together, the batches one after another in the same "
-                        "program (default: all at once; 1 or 2 is faster for many runs of the Table-3 model on a CPU)")
+                        "program (default: all at once; on a CPU that one run already fills, 1 or 2 avoids "
+                        "batching every product over the runs)")
     p.add_argument("--data-dir", default=None, help="MNIST IDX folder (else $TPO_DATA_DIR, cache, download)")
     p.add_argument("--out", default=None, help="results file: .json or .npz (written atomically)")
     p.add_argument("--quiet", action="store_true")

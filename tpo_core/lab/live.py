@@ -132,7 +132,8 @@ _cache_on = False
 
 def program_for(cfg):
     """The (lru-cached) program of ``cfg``; turns JAX's persistent compile cache on at first use, so
-    a configuration compiled by any earlier process (warm-up, tests, a previous server) loads in ≈ 1 s."""
+    a configuration compiled by any earlier process (warm-up, tests, a previous server) loads from it instead
+    of compiling."""
     global _cache_on
     from tpo_core.runtime import enable_compile_cache
     from tpo_core.train import make_bandit_program, make_token_program
@@ -350,7 +351,7 @@ def status_markdown(hist, backend: str = "cpu") -> str:
     scale = 1 if hist["task"] == "token reversal" else BANDIT_EVAL_EVERY
     head = f"**{done * scale} / {total * scale} {unit}s** · {hist['seconds']:.1f} s · backend {backend.upper()}"
     if done == 0:
-        msg = ("compiling this configuration (once; ≈ 1–10 s on a CPU, then cached)…" if hist["compiling"]
+        msg = ("compiling this configuration (once, then cached)…" if hist["compiling"]
                else "starting…")
         return f"{head} · {msg}"
     parts = []

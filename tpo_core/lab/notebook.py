@@ -113,9 +113,11 @@ def timed_run(program, seeds, n, points=None):
 
 
 # A Colab T4 against the 2-core CPU that trained the committed results/: an ASSUMED ratio, not a measurement
-# (no T4 timing is committed). Basis: a Table-3 episode sustains ≈ 70 GFLOP/s on that CPU (21.9 GFLOP in
-# ≈ 0.31 s, idle); a T4's fp32 peak is 8.1 TFLOP/s, of which these small vmapped programs might use a
-# quarter, ≈ 2 TFLOP/s, i.e. ≈ 29×; rounded down to 20×.
+# (no T4 timing is committed). Basis: the rate the CPU sustains on a Table-3 episode on an idle host (the
+# episode's FLOPs, counted from the model's shapes, over its seconds per episode from `python -m
+# benchmarks.bench_train`, whose results file records the host's load) against a quarter of a T4's fp32 peak (its
+# datasheet figure; these small vmapped programs use a fraction of it), rounded down. A GPU results file
+# (benchmarks/gpu_table3.py, run on a T4) would replace it with a measured ratio.
 T4_SPEEDUP_ASSUMED = 20.0
 
 

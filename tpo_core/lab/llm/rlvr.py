@@ -85,14 +85,12 @@ BUDGETS = {
                     note="tiny random Llama, word-level tokenizer: seconds; tests only"),
     "cpu": Budget("smollm2", steps=20, prompts_per_step=1, k=16, max_completion_length=32, n_prompts=64,
                   seeds=(0, 1, 2), learning_rate=1e-5,
-                  note="SmolLM2-135M, one puzzle x 16 completions of ≤ 32 tokens per step, 20 steps, 3 seeds; "
-                       "measured on a 2-core CPU, one run per core: 2,581-2,674 s per (method, seed) (5,805-6,624 s "
-                       "beside other heavy jobs), ≈ 2.2 h for TPO and GRPO x 3 seeds two at a time"),
+                  note="SmolLM2-135M on a CPU, completions of ≤ 32 tokens, one (method, seed) per core; the "
+                       "seconds each took are in the committed summary (results/<preset>_cpu/summary.json)"),
     "gpu": Budget("smollm2", steps=60, prompts_per_step=4, k=16, max_completion_length=128, n_prompts=256,
                   seeds=(0, 1, 2), learning_rate=1e-5,
-                  note="SmolLM2-135M on one GPU (a free Colab T4, fp32, no vLLM): expected ≈ 5 s per step, "
-                       "≈ 5 min per (method, seed), ≈ 30 min for TPO and GRPO x 3 seeds; an estimate, not measured "
-                       "(no GPU was at hand)"),
+                  note="SmolLM2-135M on one GPU (a free Colab T4, fp32, no vLLM), completions of ≤ 128 tokens; "
+                       "not measured (no GPU run is committed)"),
 }
 
 # ``python -m tpo_core reproduce <name> --budget smoke|cpu|gpu``: the paper's Reasoning Gym tasks (§3.8) at

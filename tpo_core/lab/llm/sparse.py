@@ -146,14 +146,10 @@ BUDGETS = {
                        "evaluation every 25 steps; lr grid 1e-4, 3e-4, 1e-3, 3e-3 x 2 seeds (3e-3 added before the main "
                        "stage because TPO-mean's and GRPO's best sat at the edge, 1e-3), then 8 seeds per arm. Warm "
                        "start: 3000 supervised steps on greedy colourings (lr 3e-3), then 600 steps at rho = 0.1 "
-                       "(lr 1e-3), which brings held-out success back to about 6 % at T = 1. Probes on one core "
-                       "(2026-12-05/06): pretraining alone reaches 0.64 (T = 1) and 0.69 (greedy) against the "
-                       "greedy-colouring ceiling 0.73; the suppressing fine-tune costs it to about 0.06; from there "
-                       "TPO-mean (lr 1e-3, seed 100) climbed 0.06 -> 0.68 by step 100 and GRPO (lr 1e-3) "
-                       "0.06 -> 0.87 by step 100. Warm start about 300 s per seed, a run about 0.3-0.45 s per step "
-                       "plus 1-1.5 s per evaluation: about 150 s per run, 42 runs plus 10 warm starts, about 2.5 "
-                       "core-h. An earlier design (random-colouring warm start only, 600 steps) learned nothing in "
-                       "any arm: results/llm_sparse_coloring_cpu_v1"),
+                       "(lr 1e-3), which suppresses held-out success at T = 1 again, so that RL starts low (the "
+                       "warm start's success and the training seconds are in the committed summary). 42 runs "
+                       "plus 10 warm starts. An earlier design (random-colouring warm start only, 600 steps) learned "
+                       "nothing in any arm: results/llm_sparse_coloring_cpu_v1"),
     "gpu": Budget(steps=300, grid_steps=300, lrs=(1e-4, 3e-4, 1e-3), grid_seeds=(100, 101),
                   main_seeds=tuple(range(16)), pretrain_steps=3000, pretrain_lr=3e-3, sft_steps=600, sft_lr=1e-3,
                   sft_greedy=0.1, note="the cpu budget's model, warm start and steps, 16 main seeds, on one GPU; "
