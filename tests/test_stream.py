@@ -1,4 +1,4 @@
-"""The library's streaming module: one chunk-size policy, task families chosen once, no lab imports, and the
+"""The library's chunk loop and streaming module: one chunk-size policy, task families chosen once, no lab imports, and the
 demo's task-name literals gone."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from tpo_core import constants, stream
+from tpo_core import constants, stream, train
 from tpo_core.config import BanditConfig, TokenConfig
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -20,14 +20,14 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
     (7, 0, [1] * 7), (0, 5, []),
 ])
 def test_whole_run_chunks(total, size, expected):
-    assert stream.chunk_sizes(total, size) == expected
+    assert train.chunk_sizes(total, size) == expected
 
 
 @pytest.mark.parametrize("total,chunk,expected", [
     (1, 5, [1]), (6, 5, [1, 5]), (13, 5, [1, 5, 5, 1, 1]), (0, 5, []),
 ])
 def test_ui_chunks_start_with_one_then_two_shapes(total, chunk, expected):
-    assert stream.schedule(total, chunk) == expected == stream.chunk_sizes(total, chunk, first=1)
+    assert stream.schedule(total, chunk) == expected == train.chunk_sizes(total, chunk, first=1)
     assert sum(expected) == total and set(expected) <= {1, chunk}
 
 
@@ -36,7 +36,7 @@ def test_train_chunk_plan_is_the_same_policy():
 
     for n in range(1, 40):
         for r in (None, 1, 3, 5, 8):
-            assert chunk_plan(n, r) == stream.chunk_sizes(n, r)[0]
+            assert chunk_plan(n, r) == train.chunk_sizes(n, r)[0]
 
 
 def test_families_are_chosen_once():
@@ -57,7 +57,7 @@ def test_by_point_is_point_major():
     import numpy as np
 
     runs = np.arange(6)[:, None] * np.ones((1, 4))       # 2 points × 3 seeds, point-major, 4 episodes
-    out = stream.by_point({"error": runs}, 2, 3)["error"]
+    out = train.by_point({"error": runs}, 2, 3)["error"]
     assert out.shape == (2, 3, 4) and (out[1, 0] == 3).all() and (out[0, 2] == 2).all()
 
 

@@ -1,10 +1,6 @@
-"""Training chunk by chunk: the one chunk loop of the engine, and the streaming of several methods at once.
-
-:func:`run_chunks` is the loop: it advances a :class:`tpo_core.train.Program`'s carry one chunk at a time and
-yields the metrics of each (numpy) on the host. Everything that trains in chunks is a thin layer over it:
-:meth:`tpo_core.train.Program.run` (whole runs), :func:`stream` (several methods interleaved, for a UI that
-redraws between chunks and may stop there: the Gradio demo and the notebook widget), and the timings of the
-book. :func:`chunk_sizes` is its one chunk-size policy.
+"""Streaming several methods at once, chunk by chunk, for a UI that redraws between chunks and may stop there
+(the Gradio demo and the notebook widget), over the engine's one chunk loop :func:`tpo_core.train.run_chunks`
+and its chunk-size policy :func:`tpo_core.train.chunk_sizes`.
 
 A task family is chosen once, as a :class:`Family` (``TOKEN``, ``BANDIT``; :func:`family` finds a
 config's): its name as the UI shows it, its ``kind`` as the reproduction records it, the unit of its curves and
@@ -28,6 +24,7 @@ from . import methods as M
 from . import runtime
 from .config import BanditConfig, TokenConfig
 from .constants import MNIST_BANDIT, TOKEN_REVERSAL
+from .train import chunk_sizes, chunk_to_host, make_bandit_program, make_token_program, run_chunks
 
 CHUNK = 5                  # token episodes per streamed update (after the first, 1-episode chunk)
 BANDIT_EVAL_EVERY = 100    # bandit steps per evaluation block of a streamed run
@@ -83,54 +80,6 @@ def family(of) -> Family:
 
 
 # --------------------------------------------------------------------------------------------
-# the chunk loop and its chunk sizes
-# --------------------------------------------------------------------------------------------
-def chunk_sizes(total: int, size: int | None = None, *, first: int | None = None) -> list:
-    """The chunk lengths that stream ``total`` steps.
-
-    Without ``first`` (whole runs): chunks of a divisor of ``total`` near ``size`` when one exists (one compiled
-    shape), else of ``size`` with a ragged last chunk; ``size`` None or >= total: one chunk. With ``first``
-    (a UI that wants its first points at once): ``first``, then ``size`` repeatedly, then 1s for the remainder
-    (two compiled shapes)."""
-    if total <= 0:
-        return []
-    if first is not None:
-        rest = total - first
-        return [first] + [size] * (rest // size) + [1] * (rest % size)
-    if size is None or size >= total:
-        return [total]
-    size = max(1, size)
-    best = max(d for d in range(1, size + 1) if total % d == 0)
-    size = best if 2 * best >= size else size
-    return [size] * (total // size) + ([total % size] if total % size else [])
-
-
-def run_chunks(program, carry, sizes, start: int = 0, call=None) -> Iterator[tuple]:
-    """The chunk loop: advance ``carry`` by each of ``sizes`` in turn; yield ``(carry, done, metrics)`` after
-    each chunk, metrics numpy [runs, n, ...]. ``call(carry, start, n)`` runs one chunk (default: the
-    program's chunk, blocking until its metrics are on the host)."""
-    call = call or (lambda c, s, n: _chunk(program, c, s, n))
-    done = start
-    for n in sizes:
-        carry, metrics = call(carry, done, n)
-        done += n
-        yield carry, done, metrics
-
-
-def _chunk(program, carry, start: int, n: int):
-    import jax
-
-    carry, metrics = program.chunk(carry, start, n, *program.data)
-    return carry, jax.tree.map(np.asarray, metrics)
-
-
-def by_point(metrics: dict, n_points: int, n_seeds: int) -> dict:
-    """Metrics of a sweep's runs [P·S, ...] (point-major, as :meth:`tpo_core.train.Program.init` lays them
-    out) as [P, S, ...]."""
-    return {k: v.reshape((n_points, n_seeds) + v.shape[1:]) for k, v in metrics.items()}
-
-
-# --------------------------------------------------------------------------------------------
 # several methods, interleaved
 # --------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
@@ -163,8 +112,6 @@ def program_for(cfg, dataset=None):
     cache on at first use, so a configuration compiled by any earlier process (warm-up, tests, a previous server)
     loads from it instead of compiling."""
     global _cache_on
-    from .train import make_bandit_program, make_token_program
-
     if not _cache_on:
         runtime.enable_compile_cache()
         _cache_on = True
@@ -185,17 +132,17 @@ def run_chunk(program, cfg, carry, start: int, n: int, n_seeds: int):
     """One chunk, blocking until its metrics are on the host (numpy); its first call per shape holds a lock."""
     key = (cfg.static, n_seeds, n)
     if key in _compiled:
-        return _chunk(program, carry, start, n)
+        return chunk_to_host(program, carry, start, n)
     with _guard:
         lock = _locks[key]
     with lock:
-        out = _chunk(program, carry, start, n)
+        out = chunk_to_host(program, carry, start, n)
         _compiled.add(key)
     return out
 
 
 def schedule(total: int, chunk: int) -> list:
-    """A UI's chunks: 1, then ``chunk`` repeatedly, then 1s for the remainder (:func:`chunk_sizes` with
+    """A UI's chunks: 1, then ``chunk`` repeatedly, then 1s for the remainder (:func:`tpo_core.train.chunk_sizes` with
     ``first=1``): two compiled shapes per config."""
     return chunk_sizes(total, chunk, first=1)
 
@@ -218,7 +165,7 @@ KEEP = ("error", "test_error", "train_error", "grad_norm", "step_norm", "zero_va
 
 
 def stream(req: Request, chunk: int | None = None, dataset=None) -> Iterator[dict]:
-    """Train every method of ``req`` interleaved (one chunk each per round, through :func:`run_chunks`); yield
+    """Train every method of ``req`` interleaved (one chunk each per round, through :func:`tpo_core.train.run_chunks`); yield
     the history so far after each round.
 
     History: ``{"done": int, "total": int, "seconds": float, "compiling": bool,

@@ -3,7 +3,7 @@
 ``make_token_program(cfg)`` / ``make_bandit_program(cfg)`` return a :class:`Program`:
 ``init(seeds, points) -> carry`` and ``chunk(carry, start, n) -> (carry, metrics)``, where ``chunk`` is one
 ``jax.jit`` of ``vmap`` (over runs) of ``lax.scan`` (over ``n`` episodes). A whole run is one chunk;
-a UI streams through the library's one chunk loop, :func:`tpo_core.stream.run_chunks` (each chunk size compiles
+a UI streams through the library's one chunk loop, :func:`run_chunks` (each chunk size compiles
 once and is cached). Each method's sampling kind is a ``Sampling`` (``SAMPLINGS``), chosen once per program.
 
 The compiled program is keyed on the configuration's *static* part only (``cfg.static``: method, task,
@@ -31,7 +31,7 @@ import optax
 from flax import nnx
 
 from . import losses as L
-from . import methods, runtime, stream, tasks
+from . import methods, runtime, tasks
 from .config import BanditConfig, TokenConfig, check_sweep
 from .models import MLP, Transformer
 
@@ -90,17 +90,65 @@ class Program:
     def run(self, seeds: Sequence[int], n: int, chunk_size: int | None = None,
             points: Sequence[dict] | None = None) -> Iterator[tuple[int, dict]]:
         """Yield ``(done, metrics)`` after each chunk (the library's one chunk loop,
-        :func:`tpo_core.stream.run_chunks`, in chunks of :func:`chunk_plan`); metrics are numpy [runs, chunk, ...]."""
-        for _, done, metrics in stream.run_chunks(self, self.init(seeds, points), stream.chunk_sizes(n, chunk_size)):
+        :func:`run_chunks`, in chunks of :func:`chunk_plan`); metrics are numpy [runs, chunk, ...]."""
+        for _, done, metrics in run_chunks(self, self.init(seeds, points), chunk_sizes(n, chunk_size)):
             yield done, metrics
 
 
 def chunk_plan(n: int, requested: int | None) -> int:
     """Chunk length for streaming n episodes: a divisor of n near ``requested`` when one exists, so a
     run compiles a single chunk shape (a ragged last chunk would cost a second compile); the first of
-    :func:`tpo_core.stream.chunk_sizes`."""
-    sizes = stream.chunk_sizes(n, requested)
+    :func:`chunk_sizes`."""
+    sizes = chunk_sizes(n, requested)
     return sizes[0] if sizes else n
+
+
+# --------------------------------------------------------------------------------------------
+# the one chunk loop, its chunk sizes, and a sweep's metrics by point
+# --------------------------------------------------------------------------------------------
+def chunk_sizes(total: int, size: int | None = None, *, first: int | None = None) -> list:
+    """The chunk lengths that stream ``total`` steps.
+
+    Without ``first`` (whole runs): chunks of a divisor of ``total`` near ``size`` when one exists (one compiled
+    shape), else of ``size`` with a ragged last chunk; ``size`` None or >= total: one chunk. With ``first``
+    (a UI that wants its first points at once): ``first``, then ``size`` repeatedly, then 1s for the remainder
+    (two compiled shapes)."""
+    if total <= 0:
+        return []
+    if first is not None:
+        rest = total - first
+        return [first] + [size] * (rest // size) + [1] * (rest % size)
+    if size is None or size >= total:
+        return [total]
+    size = max(1, size)
+    best = max(d for d in range(1, size + 1) if total % d == 0)
+    size = best if 2 * best >= size else size
+    return [size] * (total // size) + ([total % size] if total % size else [])
+
+
+def run_chunks(program, carry, sizes, start: int = 0, call=None) -> Iterator[tuple]:
+    """The chunk loop (of :meth:`Program.run`, the UI streams of :mod:`tpo_core.stream`, the book's timed runs):
+    advance ``carry`` by each of ``sizes`` in turn; yield ``(carry, done, metrics)`` after
+    each chunk, metrics numpy [runs, n, ...]. ``call(carry, start, n)`` runs one chunk (default: the
+    program's chunk, blocking until its metrics are on the host)."""
+    call = call or (lambda c, s, n: chunk_to_host(program, c, s, n))
+    done = start
+    for n in sizes:
+        carry, metrics = call(carry, done, n)
+        done += n
+        yield carry, done, metrics
+
+
+def chunk_to_host(program, carry, start: int, n: int):
+    """One chunk of ``program`` from episode ``start``, blocking until its metrics are on the host (numpy)."""
+    carry, metrics = program.chunk(carry, start, n, *program.data)
+    return carry, jax.tree.map(np.asarray, metrics)
+
+
+def by_point(metrics: dict, n_points: int, n_seeds: int) -> dict:
+    """Metrics of a sweep's runs [P·S, ...] (point-major, as :meth:`Program.init` lays them
+    out) as [P, S, ...]."""
+    return {k: v.reshape((n_points, n_seeds) + v.shape[1:]) for k, v in metrics.items()}
 
 
 def _clear_programs():
@@ -422,7 +470,7 @@ def _collect(program: Program, seeds, n: int, chunk_size, callback, points) -> d
             callback(done, m)
         parts.append(m)
     out = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
-    return out if points is None else stream.by_point(out, len(points), len(seeds))
+    return out if points is None else by_point(out, len(points), len(seeds))
 
 
 def train_tokens(cfg: TokenConfig, seeds: Sequence[int] = (0,), chunk_size: int | None = None,
