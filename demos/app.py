@@ -49,6 +49,7 @@ def explore_values(K, eta, scores_preset, scores_text, logp_preset, logp_text, s
     """Validated inputs -> (scores text, log-prob text, analysis dict); raises InputError."""
     K = X.check_k(K)
     X.check_eta(eta)
+    seed = 0 if seed is None or seed == "" else check_int("seed", seed, 0, 2**31 - 1)  # an empty box: 0
     if scores_preset == "custom":
         scores = X.parse_numbers(scores_text, "scores", K)
     else:
@@ -57,8 +58,7 @@ def explore_values(K, eta, scores_preset, scores_text, logp_preset, logp_text, s
         logp = X.parse_numbers(logp_text, "log-probs", K)
     else:
         logp = X.preset_logp(logp_preset, K, seed)
-    rng_seed = 0 if seed is None or seed == "" else check_int("seed", seed, 0, 2**31 - 1)  # an empty box: 0
-    a = X.analyse(K, eta, scores, logp, seed=rng_seed)
+    a = X.analyse(K, eta, scores, logp, seed=seed)
     return X.format_numbers(scores), X.format_numbers(logp), a
 
 
