@@ -80,10 +80,6 @@ class TokenConfig:
         return self.K if self.spec.sampling == "group" else 1
 
     @property
-    def hp(self) -> dict:
-        return dict(eta=self.eta, beta=self.beta, clip_eps=self.clip_eps, std_floor=self.std_floor)
-
-    @property
     def knobs(self) -> dict:
         """The traced scalars of this run (:data:`TOKEN_KNOBS`)."""
         return {k: float(getattr(self, k)) for k in TOKEN_KNOBS}
@@ -136,10 +132,6 @@ class BanditConfig:
                  self.steps)
         checks.positive("lr", self.lr)
         checks.positive("eta", self.eta)
-
-    @property
-    def hp(self) -> dict:
-        return dict(eta=self.eta)
 
     @property
     def knobs(self) -> dict:
