@@ -40,7 +40,7 @@ import optax
 from benchmarks import record
 from tpo_core import runtime
 from tpo_core.config import TokenConfig
-from tpo_core.train import make_token_program
+from tpo_core.train import make_token_program, token_parts
 
 ETAS = [0.25, 0.5, 1.0, 2.0, 4.0]
 
@@ -71,15 +71,13 @@ def _best(fn, *args, repeat=5):
 
 def profile(cfg: TokenConfig) -> dict:
     """Time the pieces of one episode separately, each jitted alone at the same shapes (seconds, best of 5)."""
-    program = make_token_program(cfg)
-    parts = program.chunk.parts
+    parts = token_parts(cfg)
     knobs = {k: jnp.float32(v) for k, v in cfg.knobs.items()}
-    hp = {k: knobs[k] for k in ("eta", "beta", "clip_eps", "std_floor")}
     state = jax.jit(parts["init_one"])(jax.random.key(0), knobs)
     params, opt, key = state["params"], state["opt"], state["key"]
     rollout = jax.jit(lambda p, k: parts["rollout"](p, k, 0, knobs))
     batch, _ = rollout(params, key)
-    grad = jax.jit(lambda p, b: jax.value_and_grad(parts["loss_fn"], has_aux=True)(p, b, hp))
+    grad = jax.jit(lambda p, b: jax.value_and_grad(parts["loss_fn"], has_aux=True)(p, b, knobs))
     (_, _), g = grad(params, batch)
     update = jax.jit(lambda g, o, p: optax.apply_updates(p, parts["tx"].update(g, o, p)[0]))
     episode = jax.jit(lambda st: parts["episode"](st, 0))

@@ -16,9 +16,6 @@ import os
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is imported
 
 import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import collections  # noqa: E402
-import itertools  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 
@@ -29,7 +26,8 @@ from tpo_core import methods as M  # noqa: E402
 from . import explorer as X  # noqa: E402
 from . import paper  # noqa: E402
 from . import training as T  # noqa: E402
-from .explorer import InputError  # noqa: E402
+from .inputs import InputError, check_int  # noqa: E402
+from .stop import StopBoard  # noqa: E402
 
 EXPLORER_CONCURRENCY = 8
 TRAINING_CONCURRENCY = 2
@@ -51,6 +49,7 @@ def explore_values(K, eta, scores_preset, scores_text, logp_preset, logp_text, s
     """Validated inputs -> (scores text, log-prob text, analysis dict); raises InputError."""
     K = X.check_k(K)
     X.check_eta(eta)
+    seed = 0 if seed is None or seed == "" else check_int("seed", seed, 0, 2**31 - 1)  # an empty box: 0
     if scores_preset == "custom":
         scores = X.parse_numbers(scores_text, "scores", K)
     else:
@@ -59,7 +58,7 @@ def explore_values(K, eta, scores_preset, scores_text, logp_preset, logp_text, s
         logp = X.parse_numbers(logp_text, "log-probs", K)
     else:
         logp = X.preset_logp(logp_preset, K, seed)
-    a = X.analyse(K, eta, scores, logp, seed=int(seed) if str(seed).lstrip("-").isdigit() else 0)
+    a = X.analyse(K, eta, scores, logp, seed=seed)
     return X.format_numbers(scores), X.format_numbers(logp), a
 
 
@@ -92,39 +91,20 @@ def _backend() -> str:
     return jax.default_backend()
 
 
-ZERO_PLOT_LABEL = {"token reversal": "zero-variance groups", "MNIST bandit": "training error"}
-
-
 def method_choices(task: str) -> list:
-    names = M.TOKEN_METHODS if task == "token reversal" else M.BANDIT_METHODS
-    return [(f"{M.REGISTRY[n].title} ({n})", n) for n in names]
+    return [(f"{M.REGISTRY[n].title} ({n})", n) for n in T.family(task).methods]
 
 
 def on_task_change(task):
-    token = task == "token reversal"
-    keep = [m for m in T.DEFAULTS["methods"] if m in (M.TOKEN_METHODS if token else M.BANDIT_METHODS)]
+    family = T.family(task)
+    token = family.is_token
+    keep = [m for m in T.DEFAULTS["methods"] if m in family.methods]
     return (gr.update(choices=method_choices(task), value=keep), *(gr.update(visible=token) for _ in range(5)),
             gr.update(visible=not token), gr.update(visible=token), gr.update(visible=token), T.EXPLAIN[task],
-            gr.update(label=ZERO_PLOT_LABEL[task]))
+            gr.update(label=family.zero_label))
 
 
-# Stop is cooperative: the button flags its session's running generator, which ends at its next chunk with a
-# "stopped" status. (Cancelling the event instead, Gradio's `cancels=`, marks the run's outputs with an
-# "Error" badge when it interrupts a stream mid-way.) A chunk is one compiled call and cannot be interrupted,
-# so Stop first says "stopping", and a follow-up event (`await_stopped`) waits for that run to end and writes
-# the status it ended with: the last word is always the run's own, whichever of the two messages the browser
-# receives first. A run still waiting in the queue is not running yet, so Stop does not reach it.
-_RUNNING: dict[str, int] = {}          # session -> id of its running run
-# session -> id of its latest run, running or ended; the oldest sessions are dropped past _LATEST_KEEP (a dropped
-# session's late Stop follow-up then writes its run's own final status, which is what it would write anyway)
-_LATEST: "collections.OrderedDict[str, int]" = collections.OrderedDict()
-_LATEST_KEEP = 4096
-_STOP_REQUESTS: set[str] = set()
-_FINAL: "collections.OrderedDict[int, str]" = collections.OrderedDict()  # run id -> status of its last update
-_FINAL_KEEP = 256
-_WAITERS: dict[int, list] = collections.defaultdict(list)  # run id -> [(event loop, future)] of await_stopped
-_RUN_IDS = itertools.count(1)
-_STOP_LOCK = threading.Lock()
+STOPS = StopBoard()                    # every session's runs and Stop requests (demos/stop.py)
 STOP_WAIT_S = 600.0                    # await_stopped gives up after this long (a chunk takes seconds)
 
 
@@ -134,69 +114,39 @@ def _session(request) -> str:
 
 def request_stop(session: str) -> bool:
     """Flag ``session``'s running run to stop; False when it has none running."""
-    return _request_stop(session) is not None
+    return STOPS.request(session) is not None
 
 
-def _request_stop(session: str) -> int | None:
-    with _STOP_LOCK:
-        if session in _RUNNING:
-            _STOP_REQUESTS.add(session)
-            return _RUNNING[session]
-        return None
-
-
-def _take_stop(session: str) -> bool:
-    """True (once) if Stop was pressed for ``session``'s running run."""
-    with _STOP_LOCK:
-        asked = session in _STOP_REQUESTS
-        _STOP_REQUESTS.discard(session)
-        return asked
-
-
-def train(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_steps, request: gr.Request = None):
-    """Generator callback: validated request -> streamed (status, 4 figures, history state, episode slider).
-    Ends early, with the "stopped" status, when Stop is pressed in the same session."""
+def train_stream(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_steps,
+                 request: gr.Request = None):
+    """Generator callback (the Train button): validated request -> streamed (status, 4 figures, history state,
+    episode slider). Ends early, with the "stopped" status, when Stop is pressed in the same session."""
     try:
         req = T.validate(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_steps)
     except InputError as e:
         raise gr.Error(str(e), duration=None) from None
     session = _session(request)
     backend = _backend()
-    run_id = next(_RUN_IDS)
-    with _STOP_LOCK:
-        _RUNNING[session] = _LATEST[session] = run_id
-        _LATEST.move_to_end(session)
-        while len(_LATEST) > _LATEST_KEEP:
-            _LATEST.popitem(last=False)
-        _STOP_REQUESTS.discard(session)
+    run_id = STOPS.begin(session)
     last = None
     try:
         for hist in T.stream(req):
             n_tracked = max(hist["done"] - 1, 0)
             figures = T.figures(hist, backend)
-            stop = _take_stop(session)
+            stop = STOPS.take(session)
             last = stopped_status(hist) if stop else figures[0]
             yield (last, *figures[1:], hist,
                    gr.update(maximum=max(n_tracked, 1), value=n_tracked, interactive=hist["done"] > 1))
             if stop:
                 return
     finally:
-        with _STOP_LOCK:
-            if _RUNNING.get(session) == run_id:
-                del _RUNNING[session]
-                _STOP_REQUESTS.discard(session)
-            final = _FINAL[run_id] = last if last is not None else stopped_status(None)
-            while len(_FINAL) > _FINAL_KEEP:
-                _FINAL.popitem(last=False)
-            waiters = _WAITERS.pop(run_id, [])
-        for loop, future in waiters:  # wake Stop's follow-up at once (it runs on the server's event loop)
-            loop.call_soon_threadsafe(lambda f=future: f.done() or f.set_result(final))
+        STOPS.end(session, run_id, last if last is not None else stopped_status(None))
 
 
 def stop_run(hist=None, request: gr.Request = None):
     """Stop's callback: ask this session's running run to end at its next chunk and say so; returns (status,
     the run's id for :func:`await_stopped`). With no run going in this session the status is left as it is."""
-    run_id = _request_stop(_session(request))
+    run_id = STOPS.request(_session(request))
     if run_id is None:
         return gr.update(), None
     return stopping_status(hist), run_id
@@ -208,23 +158,9 @@ async def await_stopped(run_id, request: gr.Request = None):
     (Train pressed right after Stop) or if the run has not ended within ``STOP_WAIT_S``."""
     if run_id is None:
         return gr.update()
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-    with _STOP_LOCK:
-        final = _FINAL.get(run_id)
-        if final is None:
-            _WAITERS[run_id].append((loop, future))
-    if final is None:
-        try:
-            final = await asyncio.wait_for(future, STOP_WAIT_S)
-        except asyncio.TimeoutError:
-            with _STOP_LOCK:
-                if (loop, future) in _WAITERS.get(run_id, []):
-                    _WAITERS[run_id].remove((loop, future))
-            return gr.update()
-    with _STOP_LOCK:
-        if _LATEST.get(_session(request), run_id) != run_id:
-            return gr.update()
+    final = await STOPS.wait_final(run_id, STOP_WAIT_S)
+    if final is None or not STOPS.is_latest(_session(request), run_id):
+        return gr.update()
     return final
 
 
@@ -232,7 +168,7 @@ def stopping_status(hist=None):
     """The status between Stop and the end of the run's current chunk."""
     where = ""
     if hist and hist.get("done"):
-        scale = 1 if hist["task"] == "token reversal" else T.BANDIT_EVAL_EVERY
+        scale = T.family(hist).block
         where = f" (at {hist['done'] * scale} / {hist['total'] * scale} {hist['unit']}s)"
     return f"**stopping** after the current chunk{where}…"
 
@@ -241,7 +177,7 @@ def stopped_status(hist=None):
     """The status after Stop: where the run stopped (its plots stay on screen)."""
     if not hist or not hist.get("done"):
         return "**stopped** before the first update — press **Train** to start a new run"
-    scale = 1 if hist["task"] == "token reversal" else T.BANDIT_EVAL_EVERY
+    scale = T.family(hist).block
     return (f"**stopped** at {hist['done'] * scale} / {hist['total'] * scale} {hist['unit']}s — the plots show the "
             "run so far; press **Train** to start a new run")
 
@@ -288,127 +224,139 @@ does not mean a small *step*: the training tab plots both. Move η and K in the 
 """
 
 
+def _explorer_tab():
+    """The target explorer tab: one group's p_old → q as η, K, the scores and the log-probs move."""
+    s0, l0, a0 = explore_values(**{**EXPLORER_DEFAULTS, "scores_text": "", "logp_text": ""})
+    with gr.Tab("Target explorer", id="explorer"):
+        with gr.Row():
+            with gr.Column(scale=1, min_width=280):
+                k = gr.Slider(2, X.MAX_K, value=EXPLORER_DEFAULTS["K"], step=1, label="K (group size)",
+                              elem_id="explorer-k")
+                eta = gr.Slider(0.05, 5.0, value=EXPLORER_DEFAULTS["eta"], step=0.05,
+                                label="η (how far q may move from p_old)", elem_id="explorer-eta")
+                scores_preset = gr.Dropdown(list(X.SCORE_PRESETS), value=EXPLORER_DEFAULTS["scores_preset"],
+                                            label="scores preset", elem_id="explorer-scores-preset")
+                scores_text = gr.Textbox(s0, label="scores s₁ … s_K (edit freely)", elem_id="explorer-scores")
+                logp_preset = gr.Dropdown(list(X.LOGP_PRESETS), value=EXPLORER_DEFAULTS["logp_preset"],
+                                          label="behaviour log-probs ℓ_old", elem_id="explorer-logp-preset")
+                seed = gr.Number(EXPLORER_DEFAULTS["seed"], precision=0, label="seed (random log-probs)")
+                logp_text = gr.Textbox(l0, label="log-probs ℓ_old,1 … ℓ_old,K (edit freely)",
+                                       elem_id="explorer-logp")
+                message = gr.Markdown("", elem_id="explorer-message")
+            with gr.Column(scale=3):
+                bars = gr.Plot(X.bars_figure(a0), label="p_old, q, u and the gradient p − q",
+                               elem_id="explorer-bars")
+                with gr.Row():
+                    with gr.Column(scale=3):
+                        contrast = gr.Plot(X.contrast_figure(a0), label="TPO against GRPO on this group",
+                                           elem_id="explorer-contrast")
+                    with gr.Column(scale=2):
+                        summary = gr.Markdown(X.summary_markdown(a0), elem_id="explorer-summary")
+        outputs = [scores_text, logp_text, message, summary, bars, contrast]
+        gr.on([k.change, eta.change, scores_preset.input, logp_preset.input, seed.change], explore,
+              inputs=[k, eta, scores_preset, scores_text, logp_preset, logp_text, seed], outputs=outputs,
+              api_name="explore", concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
+              show_progress="hidden", trigger_mode="always_last")
+        gr.on([scores_text.input, scores_text.submit], explore_typed_scores, inputs=[k, eta, scores_text, logp_preset, logp_text, seed],
+                          outputs=outputs + [scores_preset], api_visibility="private",
+                          concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
+                          show_progress="hidden", trigger_mode="always_last")
+        gr.on([logp_text.input, logp_text.submit], explore_typed_logp, inputs=[k, eta, scores_preset, scores_text, logp_text, seed],
+                        outputs=outputs + [logp_preset], api_visibility="private",
+                        concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
+                        show_progress="hidden", trigger_mode="always_last")
+
+
+def _training_tab():
+    """The live training tab: methods trained side by side, streamed chunk by chunk, with Stop."""
+    default_task = T.DEFAULTS["task"]
+    token0 = T.family(default_task).is_token
+    with gr.Tab("Live training", id="training"):
+        hist_state = gr.State(None)  # this session's last run (for the episode scrubber)
+        stop_id = gr.State(None)  # the run a Stop click asked to end (for await_stopped)
+        with gr.Row():
+            with gr.Column(scale=1, min_width=280):
+                task = gr.Radio(list(T.TASKS), value=default_task, label="task", elem_id="train-task")
+                methods = gr.CheckboxGroup(method_choices(default_task), value=T.DEFAULTS["methods"],
+                                           label="methods (≤ 4)", elem_id="train-methods")
+                reward = gr.Dropdown(list(T.REWARDS), value=T.DEFAULTS["reward"],
+                                     label="reward (reverse copy, V = 2)", elem_id="train-reward",
+                                     visible=token0)
+                h = gr.Slider(T.H_MIN, T.H_MAX, value=T.DEFAULTS["H"], step=1, label="H (sequence length)",
+                              elem_id="train-h", visible=token0)
+                tk = gr.Slider(2, T.MAX_TRAIN_K, value=T.DEFAULTS["K"], step=1, label="K (group size)",
+                               elem_id="train-k", visible=token0)
+                b = gr.Slider(1, T.MAX_B, value=T.DEFAULTS["B"], step=1, label="B (prompts per episode)",
+                              elem_id="train-b", visible=token0)
+                episodes = gr.Number(T.DEFAULTS["episodes"], precision=0,
+                                     label=f"episodes (≤ {T.MAX_EPISODES})", elem_id="train-episodes",
+                                     visible=token0)
+                steps = gr.Number(T.DEFAULTS["bandit_steps"], precision=0, label="MNIST steps (≤ 10,000)",
+                                  visible=not token0, elem_id="train-steps")
+                teta = gr.Slider(0.05, 5.0, value=T.DEFAULTS["eta"], step=0.05, label="η (TPO)",
+                                 elem_id="train-eta")
+                with gr.Row():
+                    n_seeds = gr.Slider(1, T.MAX_SEEDS, value=T.DEFAULTS["n_seeds"], step=1, label="seeds")
+                    tseed = gr.Number(T.DEFAULTS["seed"], precision=0, label="first seed")
+                with gr.Row():
+                    start = gr.Button("Train", variant="primary", elem_id="train-start")
+                    stop = gr.Button("Stop", variant="stop", elem_id="train-stop")
+                gr.Markdown("Single-sample methods (PPO, PG, DG) are interaction-matched: B·K prompts and "
+                            "lr·√K. A new configuration compiles once, then is cached; the default one "
+                            "is compiled at startup. Two runs train at a time; others wait in the queue. "
+                            "Stop ends a run after its current chunk; Train pressed while a run is going "
+                            "starts the new run when that one ends.")
+            with gr.Column(scale=3):
+                status = gr.Markdown(f"Press **Train**: {' and '.join(M.REGISTRY[m].title for m in T.DEFAULTS['methods'])}"
+                                     f" learn the {default_task} side by side.", elem_id="train-status")
+                with gr.Row():
+                    err_plot = gr.Plot(label="error", elem_id="train-error")
+                    grad_plot = gr.Plot(label="gradient norm and step size", elem_id="train-grad")
+                with gr.Row():
+                    zero_plot = gr.Plot(label=T.family(default_task).zero_label, elem_id="train-zero")
+                    pq_plot = gr.Plot(label="tracked group", elem_id="train-pq", visible=token0)
+                episode = gr.Slider(0, 1, value=0, step=1, interactive=False, visible=token0,
+                                    label="episode shown in the tracked-group plot", elem_id="train-episode")
+                explain = gr.Markdown(T.EXPLAIN[default_task], elem_id="train-explain")
+        task.change(on_task_change, inputs=task,
+                    outputs=[methods, reward, h, tk, b, episodes, steps, pq_plot, episode, explain, zero_plot],
+                    api_visibility="private", show_progress="hidden")
+        run = start.click(train_stream, inputs=[task, methods, reward, h, b, tk, teta, episodes, n_seeds, tseed, steps],
+                          outputs=[status, err_plot, grad_plot, zero_plot, pq_plot, hist_state, episode],
+                          api_name="train", concurrency_limit=TRAINING_CONCURRENCY, concurrency_id="training",
+                          show_progress="minimal", show_progress_on=[status],
+                          trigger_mode="always_last")  # Train pressed while a run ends: the next run waits
+        stopping = stop.click(stop_run, hist_state, [status, stop_id], api_visibility="private",
+                              concurrency_id="explorer")
+        stopping.then(await_stopped, stop_id, status, api_visibility="private", concurrency_limit=None,
+                      show_progress="hidden")
+        episode.release(show_episode, inputs=[hist_state, episode], outputs=pq_plot, api_visibility="private",
+                        show_progress="hidden", concurrency_id="explorer")
+
+
+def _paper_tab():
+    """The paper results tab: the reproduced tables and figures beside the paper's."""
+    with gr.Tab("Paper results", id="paper"):
+        md0, figs0, frame0 = paper_view()
+        reload_btn = gr.Button("Reload results/", size="sm")
+        fig_choice = gr.Dropdown(figs0, value=figs0[0][1] if figs0 else None, visible=bool(figs0),
+                                 label="reproduced figure (results/<preset>/figure.html)")
+        fig_frame = gr.HTML(frame0, elem_id="paper-figure")
+        paper_md = gr.Markdown(md0, elem_id="paper-md")
+        fig_choice.input(paper.figure_iframe, fig_choice, fig_frame, api_visibility="private")
+        reload_btn.click(reload_paper, None, [paper_md, fig_choice, fig_frame], api_name="paper")
+
+
 def build_app() -> gr.Blocks:
-    """The whole demo as a ``gr.Blocks`` with its queue configured (not launched)."""
+    """The whole demo as a ``gr.Blocks`` with its queue configured (not launched): one function per tab."""
     from tpo_core.lab import figures
 
     figures.setup()  # the shared plotly template (plotly_white), as in the book
-    s0, l0, a0 = explore_values(**{**EXPLORER_DEFAULTS, "scores_text": "", "logp_text": ""})
-    default_task = T.DEFAULTS["task"]
-    token0 = default_task == "token reversal"
-
     with gr.Blocks(title="TPO, interactively") as demo:
         gr.Markdown(INTRO)
-        with gr.Tab("Target explorer", id="explorer"):
-            with gr.Row():
-                with gr.Column(scale=1, min_width=280):
-                    k = gr.Slider(2, X.MAX_K, value=EXPLORER_DEFAULTS["K"], step=1, label="K (group size)",
-                                  elem_id="explorer-k")
-                    eta = gr.Slider(0.05, 5.0, value=EXPLORER_DEFAULTS["eta"], step=0.05,
-                                    label="η (how far q may move from p_old)", elem_id="explorer-eta")
-                    scores_preset = gr.Dropdown(list(X.SCORE_PRESETS), value=EXPLORER_DEFAULTS["scores_preset"],
-                                                label="scores preset", elem_id="explorer-scores-preset")
-                    scores_text = gr.Textbox(s0, label="scores s₁ … s_K (edit freely)", elem_id="explorer-scores")
-                    logp_preset = gr.Dropdown(list(X.LOGP_PRESETS), value=EXPLORER_DEFAULTS["logp_preset"],
-                                              label="behaviour log-probs ℓ_old", elem_id="explorer-logp-preset")
-                    seed = gr.Number(EXPLORER_DEFAULTS["seed"], precision=0, label="seed (random log-probs)")
-                    logp_text = gr.Textbox(l0, label="log-probs ℓ_old,1 … ℓ_old,K (edit freely)",
-                                           elem_id="explorer-logp")
-                    message = gr.Markdown("", elem_id="explorer-message")
-                with gr.Column(scale=3):
-                    bars = gr.Plot(X.bars_figure(a0), label="p_old, q, u and the gradient p − q",
-                                   elem_id="explorer-bars")
-                    with gr.Row():
-                        with gr.Column(scale=3):
-                            contrast = gr.Plot(X.contrast_figure(a0), label="TPO against GRPO on this group",
-                                               elem_id="explorer-contrast")
-                        with gr.Column(scale=2):
-                            summary = gr.Markdown(X.summary_markdown(a0), elem_id="explorer-summary")
-            outputs = [scores_text, logp_text, message, summary, bars, contrast]
-            gr.on([k.change, eta.change, scores_preset.input, logp_preset.input, seed.change], explore,
-                  inputs=[k, eta, scores_preset, scores_text, logp_preset, logp_text, seed], outputs=outputs,
-                  api_name="explore", concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
-                  show_progress="hidden", trigger_mode="always_last")
-            gr.on([scores_text.input, scores_text.submit], explore_typed_scores, inputs=[k, eta, scores_text, logp_preset, logp_text, seed],
-                              outputs=outputs + [scores_preset], api_visibility="private",
-                              concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
-                              show_progress="hidden", trigger_mode="always_last")
-            gr.on([logp_text.input, logp_text.submit], explore_typed_logp, inputs=[k, eta, scores_preset, scores_text, logp_text, seed],
-                            outputs=outputs + [logp_preset], api_visibility="private",
-                            concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
-                            show_progress="hidden", trigger_mode="always_last")
-
-        with gr.Tab("Live training", id="training"):
-            hist_state = gr.State(None)  # this session's last run (for the episode scrubber)
-            stop_id = gr.State(None)  # the run a Stop click asked to end (for await_stopped)
-            with gr.Row():
-                with gr.Column(scale=1, min_width=280):
-                    task = gr.Radio(list(T.TASKS), value=default_task, label="task", elem_id="train-task")
-                    methods = gr.CheckboxGroup(method_choices(default_task), value=T.DEFAULTS["methods"],
-                                               label="methods (≤ 4)", elem_id="train-methods")
-                    reward = gr.Dropdown(list(T.REWARDS), value=T.DEFAULTS["reward"],
-                                         label="reward (reverse copy, V = 2)", elem_id="train-reward",
-                                         visible=token0)
-                    h = gr.Slider(T.H_MIN, T.H_MAX, value=T.DEFAULTS["H"], step=1, label="H (sequence length)",
-                                  elem_id="train-h", visible=token0)
-                    tk = gr.Slider(2, T.MAX_TRAIN_K, value=T.DEFAULTS["K"], step=1, label="K (group size)",
-                                   elem_id="train-k", visible=token0)
-                    b = gr.Slider(1, T.MAX_B, value=T.DEFAULTS["B"], step=1, label="B (prompts per episode)",
-                                  elem_id="train-b", visible=token0)
-                    episodes = gr.Number(T.DEFAULTS["episodes"], precision=0,
-                                         label=f"episodes (≤ {T.MAX_EPISODES})", elem_id="train-episodes",
-                                         visible=token0)
-                    steps = gr.Number(T.DEFAULTS["bandit_steps"], precision=0, label="MNIST steps (≤ 10,000)",
-                                      visible=not token0, elem_id="train-steps")
-                    teta = gr.Slider(0.05, 5.0, value=T.DEFAULTS["eta"], step=0.05, label="η (TPO)",
-                                     elem_id="train-eta")
-                    with gr.Row():
-                        n_seeds = gr.Slider(1, T.MAX_SEEDS, value=T.DEFAULTS["n_seeds"], step=1, label="seeds")
-                        tseed = gr.Number(T.DEFAULTS["seed"], precision=0, label="first seed")
-                    with gr.Row():
-                        start = gr.Button("Train", variant="primary", elem_id="train-start")
-                        stop = gr.Button("Stop", variant="stop", elem_id="train-stop")
-                    gr.Markdown("Single-sample methods (PPO, PG, DG) are interaction-matched: B·K prompts and "
-                                "lr·√K. A new configuration compiles once, then is cached; the default one "
-                                "is compiled at startup. Two runs train at a time; others wait in the queue. "
-                                "Stop ends a run after its current chunk; Train pressed while a run is going "
-                                "starts the new run when that one ends.")
-                with gr.Column(scale=3):
-                    status = gr.Markdown(f"Press **Train**: {' and '.join(M.REGISTRY[m].title for m in T.DEFAULTS['methods'])}"
-                                         f" learn the {default_task} side by side.", elem_id="train-status")
-                    with gr.Row():
-                        err_plot = gr.Plot(label="error", elem_id="train-error")
-                        grad_plot = gr.Plot(label="gradient norm and step size", elem_id="train-grad")
-                    with gr.Row():
-                        zero_plot = gr.Plot(label=ZERO_PLOT_LABEL[default_task], elem_id="train-zero")
-                        pq_plot = gr.Plot(label="tracked group", elem_id="train-pq", visible=token0)
-                    episode = gr.Slider(0, 1, value=0, step=1, interactive=False, visible=token0,
-                                        label="episode shown in the tracked-group plot", elem_id="train-episode")
-                    explain = gr.Markdown(T.EXPLAIN[default_task], elem_id="train-explain")
-            task.change(on_task_change, inputs=task,
-                        outputs=[methods, reward, h, tk, b, episodes, steps, pq_plot, episode, explain, zero_plot],
-                        api_visibility="private", show_progress="hidden")
-            run = start.click(train, inputs=[task, methods, reward, h, b, tk, teta, episodes, n_seeds, tseed, steps],
-                              outputs=[status, err_plot, grad_plot, zero_plot, pq_plot, hist_state, episode],
-                              api_name="train", concurrency_limit=TRAINING_CONCURRENCY, concurrency_id="training",
-                              show_progress="minimal", show_progress_on=[status],
-                              trigger_mode="always_last")  # Train pressed while a run ends: the next run waits
-            stopping = stop.click(stop_run, hist_state, [status, stop_id], api_visibility="private",
-                                  concurrency_id="explorer")
-            stopping.then(await_stopped, stop_id, status, api_visibility="private", concurrency_limit=None,
-                          show_progress="hidden")
-            episode.release(show_episode, inputs=[hist_state, episode], outputs=pq_plot, api_visibility="private",
-                            show_progress="hidden", concurrency_id="explorer")
-
-        with gr.Tab("Paper results", id="paper"):
-            md0, figs0, frame0 = paper_view()
-            reload_btn = gr.Button("Reload results/", size="sm")
-            fig_choice = gr.Dropdown(figs0, value=figs0[0][1] if figs0 else None, visible=bool(figs0),
-                                     label="reproduced figure (results/<preset>/figure.html)")
-            fig_frame = gr.HTML(frame0, elem_id="paper-figure")
-            paper_md = gr.Markdown(md0, elem_id="paper-md")
-            fig_choice.input(paper.figure_iframe, fig_choice, fig_frame, api_visibility="private")
-            reload_btn.click(reload_paper, None, [paper_md, fig_choice, fig_frame], api_name="paper")
+        _explorer_tab()
+        _training_tab()
+        _paper_tab()
 
     demo.queue(default_concurrency_limit=EXPLORER_CONCURRENCY, max_size=QUEUE_MAX_SIZE)
     return demo

@@ -15,13 +15,13 @@ import re
 
 import numpy as np
 
+from tpo_core.constants import GRPO_EPS, STD_FLOOR  # the engine's own values (a module with no imports)
 from tpo_core.lab import explorer as core
 from tpo_core.lab import figures
-from tpo_core.lab.explorer import MAX_ETA, InputError, check_eta, check_int  # noqa: F401 (re-exported: the demo's input checks)
+
+from .inputs import InputError, check_eta, check_int
 
 MAX_K = 64            # largest group the explorer accepts
-STD_FLOOR = 1e-6      # the paper's σ threshold
-GRPO_EPS = 1e-8
 N_ALTERNATIVES = 400  # perturbed distributions q is compared against
 
 SCORE_PRESETS = core.SCORE_PRESETS + ("custom",)   # one copy of the presets, shared with the book
@@ -29,7 +29,7 @@ LOGP_PRESETS = core.LOGP_PRESETS + ("custom",)
 
 
 # --------------------------------------------------------------------------------------------
-# validation and parsing (InputError and check_int live in tpo_core.lab.explorer, shared with tpo_core.lab.live)
+# validation (demos/inputs.py: the library's checks as InputError) and parsing
 # --------------------------------------------------------------------------------------------
 def check_k(K, max_k: int = MAX_K) -> int:
     return check_int("K", K, 2, max_k)

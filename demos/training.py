@@ -1,33 +1,35 @@
 """Live training for the demo: validated configs, chunk-by-chunk streaming of several methods, figures.
 
-The engine (``Request``, ``validate``, ``stream``, the program cache, ``run_chunk``, ``schedule``, ``warm`` and
-the figure builders) is :mod:`tpo_core.lab.live`, shared with the notebook widget (:mod:`tpo_core.lab.widget`); this
-module re-exports it under the names the demo has always used, and keeps what only the demo needs: its default
-run and the explanation shown beside its plots.
+The engine (``Request``, ``stream``, the program cache, ``run_chunk``, ``schedule``, ``warm``) is
+:mod:`tpo_core.stream`, the request validation and the figure builders :mod:`tpo_core.lab.live`, both shared with
+the notebook widget (:mod:`tpo_core.lab.widget`); this module re-exports them under the names the demo has always
+used (``validate`` raising the demo's ``InputError``), and keeps what only the demo needs: its default run and the
+explanation shown beside its plots.
 """
 from __future__ import annotations
 
 from tpo_core import methods as M  # noqa: F401
 from tpo_core import runtime  # noqa: F401
 from tpo_core.config import BanditConfig, TokenConfig  # noqa: F401
+from tpo_core.constants import MNIST_BANDIT, TOKEN_REVERSAL
 from tpo_core.lab.live import (  # noqa: F401
-    BANDIT_CHUNK, BANDIT_EVAL_EVERY, CHUNK, H_MAX, H_MIN, KEEP, MAX_B, MAX_BANDIT_STEPS,
-    MAX_EPISODES, MAX_METHODS, MAX_SEEDS, MAX_TRAIN_K, REWARDS, TASKS, Request, _compiled, _curves, _empty,
-    _guard, _locks, _pq_subtitle, _x, error_figure, figures, grad_figure, is_warm,
-    mnist_dataset, pq_figure, program_for, run_chunk, schedule, status_markdown, stream, validate, warm,
+    H_MAX, H_MIN, MAX_B, MAX_BANDIT_STEPS, MAX_EPISODES, MAX_METHODS, MAX_SEEDS, MAX_TRAIN_K, REWARDS, TASKS,
+    error_figure, figures, grad_figure, mnist_dataset, pq_figure, program_for, status_markdown, stream, warm,
     zero_var_figure)
+from tpo_core.stream import (  # noqa: F401
+    BANDIT_CHUNK, BANDIT_EVAL_EVERY, CHUNK, FAMILIES, KEEP, Request, family, is_warm, run_chunk, schedule)
 
-from .explorer import InputError, check_int  # noqa: F401  (the same classes as tpo_core.lab.explorer's)
+from .inputs import InputError, validate  # noqa: F401  (the engine's validate, its ValueError as InputError)
 
 # The default run is the MNIST bandit, where both methods learn within a minute on a CPU and the gradient plot
 # shows the paper's observation (TPO's ‖∇L‖ falls as its policy reaches the targets, GRPO's stays high); the
 # token-task values apply when the reader switches task. tests/test_demo_callbacks.py checks what EXPLAIN says
 # about the default run against a real default run.
-DEFAULTS = dict(task="MNIST bandit", methods=["tpo", "grpo"], reward="terminal", H=6, B=100, K=8, eta=1.0,
+DEFAULTS = dict(task=MNIST_BANDIT, methods=["tpo", "grpo"], reward="terminal", H=6, B=100, K=8, eta=1.0,
                 episodes=300, n_seeds=1, seed=0, bandit_steps=3000)
 
 EXPLAIN = {
-    "MNIST bandit": (
+    MNIST_BANDIT: (
         "**What you are looking at** (MNIST contextual bandit: one guess per image, reward 1 if right). "
         "**Left:** greedy test error; both methods learn. **Right** (log axis, mean of each block of 100 steps): "
         "the gradient norm ‖∇L‖ (solid) and the length of the Adam step ‖Δθ‖ (dashed). At the defaults, "
@@ -39,7 +41,7 @@ EXPLAIN = {
         "The two methods' steps ‖Δθ‖ stay of similar size all the same: Adam divides the gradient by its "
         "running size, so a small gradient is "
         "not a small step. **Bottom:** training error of the sampled guesses."),
-    "token reversal": (
+    TOKEN_REVERSAL: (
         "**What you are looking at** (reverse copy, V = 2: reproduce the prompt backwards; one group of K "
         "answers per prompt). **Top left:** error of each episode's rollouts. **Top right** (log axis): the "
         "first epoch's ‖∇L‖ (solid) and Muon/AdamW step ‖Δθ‖ (dashed). With the terminal reward most groups "

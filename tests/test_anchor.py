@@ -7,7 +7,7 @@ import pytest
 
 import tpo_core
 from tpo_core.lab import anchor
-from tpo_core.train import make_token_program
+from tpo_core.train import make_token_program, token_parts
 
 CFG = tpo_core.TokenConfig(method="tpo", target="reverse_copy", reward="terminal", H=3, V=2, B=12, K=4,
                            d_model=16, heads=2, layers=1, ffn=32, episodes=3, track=0)
@@ -23,9 +23,8 @@ def _subbatch(batch, rows):
 
 
 def test_parts_are_the_gradients_of_each_kind_of_group(split_run):
-    parts = make_token_program(CFG).chunk.parts
+    parts = token_parts(CFG)
     knobs = {k: jnp.float32(v) for k, v in CFG.knobs.items()}
-    hp = {k: knobs[k] for k in ("eta", "beta", "clip_eps", "std_floor")}
     state = parts["init_one"](jax.random.key(0), knobs)
     batch, _ = parts["rollout"](state["params"], state["key"], 0, knobs)
     scores = np.asarray(batch["scores"])
@@ -39,10 +38,10 @@ def test_parts_are_the_gradients_of_each_kind_of_group(split_run):
     g, g_parts = split_run.split(moved["model"], batch, knobs)
 
     def engine_grad(rows):   # the engine's loss (a mean over its groups) on a sub-batch, weighted back to 1/B
-        grads = jax.grad(lambda p: parts["loss_fn"](p, _subbatch(batch, rows), hp)[0])(moved)["model"]
+        grads = jax.grad(lambda p: parts["loss_fn"](p, _subbatch(batch, rows), knobs)[0])(moved)["model"]
         return jax.tree.map(lambda x: x * len(rows) / CFG.B, grads)
 
-    full = jax.grad(lambda p: parts["loss_fn"](p, batch, hp)[0])(moved)["model"]
+    full = jax.grad(lambda p: parts["loss_fn"](p, batch, knobs)[0])(moved)["model"]
     close = lambda a, b: jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-3, atol=1e-6), a, b)  # noqa: E731
     close(g, full)
     close(g_parts["fail"], engine_grad(fail_rows))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tpo_core import TokenConfig, methods
-from tpo_core.train import _token_program, train_tokens
+from tpo_core.train import token_parts, train_tokens
 
 TINY = dict(H=3, V=2, K=4, d_model=32, heads=2, layers=1, ffn=64, track=0)
 
@@ -78,7 +78,7 @@ def test_engine_batch_is_the_refill_selection_of_a_double_draw():
     training batch must be the first 8 informative of those 16 groups, in draw order."""
     refill = TokenConfig(method="tpo_refill", B=8, episodes=1, **TINY)
     double = TokenConfig(method="tpo", B=16, episodes=1, **TINY)
-    parts_r, parts_d = (_token_program(c.static)[1].parts for c in (refill, double))
+    parts_r, parts_d = (token_parts(c) for c in (refill, double))
     key = jax.random.key(3)
     state = parts_r["init_one"](key, refill.knobs)
     state_d = parts_d["init_one"](key, double.knobs)

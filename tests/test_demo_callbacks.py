@@ -1,6 +1,5 @@
 """The demo's callbacks as plain functions: explorer math against tpo_core, validation messages, and a
 tiny training stream that yields updates and stops."""
-import collections
 import dataclasses
 import math
 
@@ -111,8 +110,9 @@ def test_typed_scores_switch_preset_to_custom():
 # validation messages (explorer: shown in the message box, figures untouched)
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("args,expected", [
-    ((8, 0, "one success", "", "uniform", ""), "η must be > 0, got 0"),
-    ((8, -1.5, "one success", "", "uniform", ""), "η must be > 0"),
+    ((8, 0, "one success", "", "uniform", ""), "eta must be a finite number > 0, got 0.0"),
+    ((8, -1.5, "one success", "", "uniform", ""), "eta must be a finite number > 0, got -1.5"),
+    ((8, 101, "one success", "", "uniform", ""), "eta must be at most 100, got 101.0"),
     ((1, 1.0, "one success", "", "uniform", ""), "K must be between 2 and 64, got 1"),
     ((65, 1.0, "one success", "", "uniform", ""), "K must be between 2 and 64, got 65"),
     ((4, 1.0, "custom", "1, 0, zero, 0", "uniform", ""), "scores: entry 3 ('zero') is not a number"),
@@ -121,21 +121,23 @@ def test_typed_scores_switch_preset_to_custom():
     ((4, 1.0, "custom", "1, nan, 0, 0", "uniform", ""), "scores: entry 2 ('nan') is not a finite number"),
     ((3, 1.0, "one success", "", "custom", "-1, -2"), "log-probs: got 2 numbers but K = 3"),
     ((3, 1.0, "one success", "", "custom", "-1, -2, p"), "log-probs: entry 3 ('p') is not a number"),
-    ((3, "abc", "one success", "", "uniform", ""), "η must be a number > 0"),
+    ((3, "abc", "one success", "", "uniform", ""), "eta must be a finite number > 0, got 'abc'"),
+    ((3, 1.0, "one success", "", "random", ""), "seed must be between 0 and 2147483647, got -1"),
 ])
 def test_explorer_validation_messages(args, expected):
-    out = app.explore(*args, 0)
+    seed = -1 if "seed" in expected else 0
+    out = app.explore(*args, seed)
     assert expected in out[2]
     assert all(o is not None and not isinstance(o, str) for o in (out[3], out[4], out[5]))  # gr.skip()s
     with pytest.raises(X.InputError, match=expected.replace("(", r"\(").replace(")", r"\)")):
-        app.explore_values(*args, 0)
+        app.explore_values(*args, seed)
 
 
 # --------------------------------------------------------------------------------------------
 # training: validation, then a tiny stream
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("changes,expected", [
-    (dict(eta=0), "η must be > 0"),
+    (dict(eta=0), "eta must be a finite number > 0"),
     (dict(K=1), "K must be between 2 and 16, got 1"),
     (dict(K=17), "K must be between 2 and 16, got 17"),
     (dict(H=1), "H must be between 2 and 10, got 1"),
@@ -154,10 +156,26 @@ def test_explorer_validation_messages(args, expected):
     (dict(n_seeds=5), "seeds must be between 1 and 4"),
 ])
 def test_training_validation_messages(changes, expected):
-    gen = app.train(*_train_args(**changes))
+    gen = app.train_stream(*_train_args(**changes))
     with pytest.raises(gr.Error) as err:
         next(gen)
     assert expected in str(err.value.message)
+
+
+@pytest.mark.parametrize("eta", [-0.5, 0.0, float("nan")])
+def test_one_eta_rule_gives_one_message_through_the_config_and_both_tabs(eta):
+    """The configs' check is the rule: the explorer tab and the training tab show its ValueError's text."""
+    with pytest.raises(ValueError) as cfg:
+        tpo_core.TokenConfig(eta=eta)
+    message = str(cfg.value)
+    assert message.startswith("eta must be a finite number > 0, got ")
+    with pytest.raises(ValueError) as bandit:
+        tpo_core.BanditConfig(eta=eta)
+    assert str(bandit.value) == message
+    assert app.explore(8, eta, "one success", "", "uniform", "", 0)[2] == f"⚠️ **{message}**"
+    with pytest.raises(gr.Error) as err:
+        next(app.train_stream(*_train_args(eta=eta)))
+    assert err.value.message == message
 
 
 def test_schedule_uses_two_chunk_shapes():
@@ -167,7 +185,7 @@ def test_schedule_uses_two_chunk_shapes():
 
 
 def test_tiny_training_stream_yields_updates_and_stops():
-    outputs = list(app.train(*_train_args()))
+    outputs = list(app.train_stream(*_train_args()))
     assert len(outputs) == 1 + len(T.schedule(TINY["episodes"], T.CHUNK))  # a status first, one per chunk
     status0 = outputs[0][0]
     assert "0 / 4 episodes" in status0
@@ -181,7 +199,7 @@ def test_tiny_training_stream_yields_updates_and_stops():
     p_old = np.asarray(pq_fig.data[0].y)
     assert p_old.shape == (4,) and p_old.sum() == pytest.approx(1.0, abs=1e-5)
     # the stream is lazy and can be stopped (what the Stop button does): nothing runs after close()
-    gen = app.train(*_train_args())
+    gen = app.train_stream(*_train_args())
     next(gen)
     gen.close()
     with pytest.raises(StopIteration):
@@ -189,7 +207,7 @@ def test_tiny_training_stream_yields_updates_and_stops():
 
 
 def test_episode_scrubber_redraws_the_tracked_group():
-    *_, last = app.train(*_train_args())
+    *_, last = app.train_stream(*_train_args())
     hist = last[5]
     fig0 = app.show_episode(hist, 0)
     fig3 = app.show_episode(hist, 3)
@@ -260,13 +278,13 @@ def test_task_switch_shows_the_controls_plots_and_explanation_of_that_task():
 
 def test_changing_eta_lr_or_seed_reuses_the_compiled_programs():
     """η and the seed are traced (so is lr): a new value at a compiled shape runs without a compile."""
-    *_, first = app.train(*_train_args(eta=1.0, seed=0))
+    *_, first = app.train_stream(*_train_args(eta=1.0, seed=0))
     req = T.validate(**{**TINY, "eta": 0.37, "seed": 5})
     (_, cfg), = req.configs
     program = T.program_for(cfg)
     sizes = program.chunk._cache_size()
     assert sizes >= 1 and all(T.is_warm(cfg, 1, n) for n in set(T.schedule(TINY["episodes"], T.CHUNK)))
-    *_, second = app.train(*_train_args(eta=0.37, seed=5))
+    *_, second = app.train_stream(*_train_args(eta=0.37, seed=5))
     assert program.chunk._cache_size() == sizes, "a new η / seed compiled the chunk again"
     lr_cfg = dataclasses.replace(cfg, lr=cfg.lr * 0.5)
     assert lr_cfg.static == cfg.static and T.program_for(lr_cfg).chunk is program.chunk
@@ -306,7 +324,7 @@ def test_default_run_shows_what_the_page_says(shared_mnist):
     times larger than TPO's; the two methods' steps ‖Δθ‖ stay of similar size."""
     d = T.DEFAULTS
     assert d["task"] == "MNIST bandit" and d["methods"] == ["tpo", "grpo"]
-    *_, last = app.train(d["task"], d["methods"], d["reward"], d["H"], d["B"], d["K"], d["eta"], d["episodes"],
+    *_, last = app.train_stream(d["task"], d["methods"], d["reward"], d["H"], d["B"], d["K"], d["eta"], d["episodes"],
                          d["n_seeds"], d["seed"], d["bandit_steps"])
     status, err_fig, grad_fig, *_ , hist, _ = last
     assert "done" in status
@@ -329,7 +347,7 @@ def test_default_run_shows_what_the_page_says(shared_mnist):
 
 
 def test_stop_status_says_where_the_run_stopped():
-    *_, last = app.train(*_train_args())
+    *_, last = app.train_stream(*_train_args())
     hist = dict(last[5], done=2)
     msg = app.stopped_status(hist)
     assert msg.startswith("**stopped** at 2 / 4 episodes") and "error" not in msg.lower()
@@ -344,7 +362,7 @@ def test_stop_ends_the_running_generator_at_its_next_chunk_with_a_stopped_status
     class Request:
         session_hash = "session-a"
 
-    gen = app.train(*_train_args(episodes=40), request=Request())
+    gen = app.train_stream(*_train_args(episodes=40), request=Request())
     first = next(gen)
     assert app.request_stop("session-b") is False            # another session has nothing running
     status, run_id = app.stop_run(first[5], request=Request())
@@ -357,7 +375,7 @@ def test_stop_ends_the_running_generator_at_its_next_chunk_with_a_stopped_status
     assert app.request_stop("session-a") is False            # nothing left running in that session
     assert app.stop_run(rest[0][5], request=Request()) == (gr.update(), None)  # nothing running: status kept
     assert asyncio.run(app.await_stopped(None)) == gr.update()
-    *_, last = app.train(*_train_args(), request=Request())  # the next run is not stopped by the old request
+    *_, last = app.train_stream(*_train_args(), request=Request())  # the next run is not stopped by the old request
     assert "stopped" not in last[0]
 
 
@@ -368,7 +386,7 @@ def test_stop_just_as_the_run_finishes_ends_on_the_runs_own_status():
     class Request:
         session_hash = "session-c"
 
-    gen = app.train(*_train_args(), request=Request())
+    gen = app.train_stream(*_train_args(), request=Request())
     outs = [next(gen)]
     for out in gen:
         outs.append(out)
@@ -389,7 +407,7 @@ def test_stop_follow_up_waits_for_the_run_and_yields_to_a_newer_one():
         session_hash = "session-d"
 
     async def scenario():
-        gen = app.train(*_train_args(episodes=40), request=Request())
+        gen = app.train_stream(*_train_args(episodes=40), request=Request())
         first = await asyncio.to_thread(next, gen)
         _, run_id = app.stop_run(first[5], request=Request())
         waiting = asyncio.ensure_future(app.await_stopped(run_id, Request()))
@@ -398,11 +416,11 @@ def test_stop_follow_up_waits_for_the_run_and_yields_to_a_newer_one():
         rest = await asyncio.to_thread(list, gen)
         assert await asyncio.wait_for(waiting, 10) == rest[-1][0]
         # Stop, then a newer run in the same session before the follow-up looks: the follow-up keeps quiet
-        gen = app.train(*_train_args(episodes=40), request=Request())
+        gen = app.train_stream(*_train_args(episodes=40), request=Request())
         first = await asyncio.to_thread(next, gen)
         _, run_id = app.stop_run(first[5], request=Request())
         await asyncio.to_thread(list, gen)
-        newer = app.train(*_train_args(), request=Request())
+        newer = app.train_stream(*_train_args(), request=Request())
         await asyncio.to_thread(next, newer)
         assert await app.await_stopped(run_id, Request()) == gr.update()
         await asyncio.to_thread(list, newer)
@@ -411,18 +429,19 @@ def test_stop_follow_up_waits_for_the_run_and_yields_to_a_newer_one():
 
 
 def test_the_latest_run_table_keeps_only_the_newest_sessions(monkeypatch):
-    """_LATEST (session -> latest run id) is bounded: past _LATEST_KEEP sessions the oldest is dropped, and a
-    session that trains again becomes the newest."""
-    monkeypatch.setattr(app, "_LATEST", collections.OrderedDict())
-    monkeypatch.setattr(app, "_LATEST_KEEP", 2)
+    """The board's latest-run table (session -> latest run id) is bounded: past ``latest_keep`` sessions the oldest
+    is dropped, and a session that trains again becomes the newest."""
+    from demos.stop import StopBoard
+
+    monkeypatch.setattr(app, "STOPS", StopBoard(latest_keep=2))
 
     def run(name):
         class Request:
             session_hash = name
-        for _ in app.train(*_train_args(episodes=1), request=Request()):
+        for _ in app.train_stream(*_train_args(episodes=1), request=Request()):
             pass
 
     for name in ("s1", "s2", "s1", "s3"):
         run(name)
-    assert list(app._LATEST) == ["s1", "s3"]          # s2 was the oldest when s3 came
-    assert app._LATEST["s1"] < app._LATEST["s3"]      # run ids grow
+    assert list(app.STOPS.latest) == ["s1", "s3"]          # s2 was the oldest when s3 came
+    assert app.STOPS.latest["s1"] < app.STOPS.latest["s3"]      # run ids grow

@@ -563,7 +563,7 @@ def test_token_runs_log_entropy_of_p_old_and_tv_of_the_target_as_the_bridge_does
     carry = program.init([0])
     _, metrics = program.chunk(carry, 0, 1)
     state = jax.tree.map(lambda a: a[0], carry)
-    batch, _ = jax.jit(program.chunk.parts["rollout"])(state["params"], state["key"], 0, state["knobs"])
+    batch, _ = jax.jit(tpo_core.train.token_parts(cfg)["rollout"])(state["params"], state["key"], 0, state["knobs"])
     lo = np.asarray(batch["logp_old"], np.float64)
     s = np.asarray(batch["scores"], np.float64)
     p_old = np.exp(lo - lo.max(-1, keepdims=True))

@@ -109,9 +109,22 @@ def test_stop_ends_the_run_between_chunks():
     assert w.train_button.disabled is False and w.stop() is False
 
 
+def test_a_bad_eta_shows_the_configs_message():
+    """The widget's validate applies the configs' η rule: its message is the TokenConfig's ValueError."""
+    import html
+
+    from tpo_core.config import TokenConfig
+
+    with pytest.raises(ValueError) as cfg:
+        TokenConfig(eta=-0.25)
+    w = widget.LiveTraining(**TINY)
+    w.controls["eta"].value = -0.25
+    assert w.train() is False and html.escape(str(cfg.value), quote=False) in w.message.value
+
+
 @pytest.mark.parametrize("change,expected", [
-    (dict(eta=0.0), "η must be &gt; 0, got 0.0"),
-    (dict(eta=500.0), "η must be at most 100, got 500"),
+    (dict(eta=0.0), "eta must be a finite number &gt; 0, got 0.0"),
+    (dict(eta=500.0), "eta must be at most 100, got 500.0"),
     (dict(H=1), "H must be between 2 and 10, got 1"),
     (dict(K=99), "K must be between 2 and 16, got 99"),
     (dict(episodes=0), "episodes must be between 1 and 2000, got 0"),
@@ -190,5 +203,7 @@ def test_the_package_runs_it_without_demos_or_gradio():
     assert out.stdout.strip() == "[]"
     from demos import training as T
 
-    assert T.stream is live.stream and T.validate is live.validate and T.run_chunk is live.run_chunk
-    assert T.InputError is live.InputError
+    from demos import inputs
+
+    assert T.stream is live.stream and T.validate.__wrapped__ is live.validate and T.run_chunk is live.run_chunk
+    assert T.InputError is inputs.InputError and issubclass(T.InputError, ValueError)

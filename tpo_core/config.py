@@ -1,34 +1,18 @@
-"""Run configurations, validated eagerly with errors that name the parameter."""
+"""Run configurations, validated eagerly by :mod:`tpo_core.checks` with errors that name the parameter."""
 from __future__ import annotations
 
 import dataclasses
 import math
 from typing import Optional
 
-from . import methods, tasks
+from . import checks, methods, tasks
+from .constants import DENSE_REWARDS, STD_FLOOR
 
 MAX_K = 1024
 # Scalar hyperparameters that are traced values of a compiled program, not part of its cache key: a run with a
 # new value reuses the program compiled for the same shapes, and a sweep over them is one vmapped program.
 TOKEN_KNOBS = ("eta", "lr", "beta", "clip_eps", "std_floor", "reward_noise")
 BANDIT_KNOBS = ("eta", "lr")
-
-
-def _require(ok: bool, name: str, rule: str, value) -> None:
-    if not ok:
-        raise ValueError(f"{name} {rule}, got {value!r}")
-
-
-def _int(name, value, lo, hi=None):
-    _require(isinstance(value, int) and not isinstance(value, bool), name, "must be an integer", value)
-    _require(value >= lo, name, f"must be >= {lo}", value)
-    if hi is not None:
-        _require(value <= hi, name, f"must be <= {hi}", value)
-
-
-def _pos(name, value):
-    _require(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
-             name, "must be a finite number > 0", value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +32,7 @@ class TokenConfig:
     eta: float = 1.0
     beta: float = 0.04            # GRPO's KL coefficient
     clip_eps: float = 0.2
-    std_floor: float = 1e-6       # σ threshold of the standardisation (1e-6 = paper)
+    std_floor: float = STD_FLOOR  # σ threshold of the standardisation (the paper's)
     optimizer: str = "muon"       # "muon" (Muon on 2-D params + AdamW) or "adam"
     d_model: int = 64
     heads: int = 2
@@ -60,29 +44,28 @@ class TokenConfig:
 
     def __post_init__(self):
         m = methods.get(self.method)
-        _require(m.loss is not None, "method", "has no token-task loss (bandit only)", self.method)
-        tasks.check_task(self.target, self.reward)
+        checks.require(m.loss is not None, "method", "has no token-task loss (bandit only)", self.method)
+        tasks.check_target(self.target)
+        tasks.check_reward(self.reward)
         if m.dense_only:
-            _require(self.reward in tasks.DENSE_REWARDS, "reward",
-                     f"must be dense {tasks.DENSE_REWARDS} for {self.method}", self.reward)
-        _int("H", self.H, 2, 64)
-        _int("V", self.V, 2, 4096)
-        _int("B", self.B, 1)
-        _int("K", self.K, 2, MAX_K)
-        _int("episodes", self.episodes, 1)
+            checks.require(self.reward in DENSE_REWARDS, "reward", f"must be dense {DENSE_REWARDS} for {self.method}",
+                     self.reward)
+        checks.integer("H", self.H, 2, 64)
+        checks.integer("V", self.V, 2, 4096)
+        checks.integer("B", self.B, 1)
+        checks.integer("K", self.K, 2, MAX_K)
+        checks.integer("episodes", self.episodes, 1)
         if self.epochs is not None:
-            _int("epochs", self.epochs, 1, 64)
+            checks.integer("epochs", self.epochs, 1, 64)
         for name in ("lr", "eta", "clip_eps", "std_floor"):
-            _pos(name, getattr(self, name))
-        _require(isinstance(self.beta, (int, float)) and self.beta >= 0, "beta", "must be >= 0", self.beta)
-        _require(self.optimizer in ("muon", "adam"), "optimizer", "must be 'muon' or 'adam'", self.optimizer)
-        _int("track", self.track, 0)
-        _require(self.old_logp in ("teacher_forced", "sampling"), "old_logp",
+            checks.positive(name, getattr(self, name))
+        checks.require(checks.is_real(self.beta) and self.beta >= 0, "beta", "must be >= 0", self.beta)
+        checks.require(self.optimizer in ("muon", "adam"), "optimizer", "must be 'muon' or 'adam'", self.optimizer)
+        checks.integer("track", self.track, 0)
+        checks.require(self.old_logp in ("teacher_forced", "sampling"), "old_logp",
                  "must be 'teacher_forced' or 'sampling'", self.old_logp)
-        _require(isinstance(self.reward_noise, (int, float)) and not isinstance(self.reward_noise, bool)
-                 and math.isfinite(self.reward_noise) and self.reward_noise >= 0,
-                 "reward_noise", "must be a finite number >= 0", self.reward_noise)
-        _require(self.d_model % max(self.heads, 1) == 0, "heads", f"must divide d_model={self.d_model}", self.heads)
+        checks.non_negative("reward_noise", self.reward_noise)
+        checks.require(self.d_model % max(self.heads, 1) == 0, "heads", f"must divide d_model={self.d_model}", self.heads)
 
     @property
     def spec(self) -> methods.Method:
@@ -95,10 +78,6 @@ class TokenConfig:
     @property
     def samples_per_prompt(self) -> int:
         return self.K if self.spec.sampling == "group" else 1
-
-    @property
-    def hp(self) -> dict:
-        return dict(eta=self.eta, beta=self.beta, clip_eps=self.clip_eps, std_floor=self.std_floor)
 
     @property
     def knobs(self) -> dict:
@@ -145,18 +124,14 @@ class BanditConfig:
 
     def __post_init__(self):
         m = methods.get(self.method)
-        _require(m.bandit is not None, "method", "has no bandit loss", self.method)
-        _int("steps", self.steps, 1)
-        _int("batch", self.batch, 1)
-        _int("eval_every", self.eval_every, 1)
-        _require(self.steps % self.eval_every == 0, "steps", f"must be a multiple of eval_every={self.eval_every}",
+        checks.require(m.bandit is not None, "method", "has no bandit loss", self.method)
+        checks.integer("steps", self.steps, 1)
+        checks.integer("batch", self.batch, 1)
+        checks.integer("eval_every", self.eval_every, 1)
+        checks.require(self.steps % self.eval_every == 0, "steps", f"must be a multiple of eval_every={self.eval_every}",
                  self.steps)
-        _pos("lr", self.lr)
-        _pos("eta", self.eta)
-
-    @property
-    def hp(self) -> dict:
-        return dict(eta=self.eta)
+        checks.positive("lr", self.lr)
+        checks.positive("eta", self.eta)
 
     @property
     def knobs(self) -> dict:
@@ -188,11 +163,11 @@ def check_sweep(cfg, sweep) -> list[dict]:
     allowed = tuple(cfg.knobs)
     lengths = set()
     for name, values in sweep.items():
-        _require(name in allowed, "sweep", f"keys must be traced knobs {allowed}", name)
-        _require(isinstance(values, (list, tuple)) and len(values) > 0, f"sweep[{name!r}]",
+        checks.require(name in allowed, "sweep", f"keys must be traced knobs {allowed}", name)
+        checks.require(isinstance(values, (list, tuple)) and len(values) > 0, f"sweep[{name!r}]",
                  "must be a non-empty list of numbers", values)
         lengths.add(len(values))
-    _require(len(lengths) == 1, "sweep", "lists must all have the same length (values are zipped)",
+    checks.require(len(lengths) == 1, "sweep", "lists must all have the same length (values are zipped)",
              {k: len(v) for k, v in sweep.items()})
     n = lengths.pop()
     points = [{k: v[i] for k, v in sweep.items()} for i in range(n)]

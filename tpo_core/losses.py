@@ -9,27 +9,21 @@ Conventions (shared by every function here):
 * ``scores`` are raw rewards; each method standardises them itself.
 
 All functions are jit/vmap/grad friendly. Arguments that are plain Python numbers or static shapes
-are validated eagerly and raise ``ValueError`` naming the parameter.
+are validated eagerly and raise ``ValueError`` naming the parameter (the configs' rules, :mod:`tpo_core.checks`;
+a traced η is checked by the config it came from).
 """
 from __future__ import annotations
-
-import numbers
 
 import jax
 import jax.numpy as jnp
 
-STD_FLOOR = 1e-6  # arXiv 2604.06159 §2 (and the reference code): u = c/σ only if σ > 1e-6, else u = c
-GRPO_EPS = 1e-8   # GRPO's denominator: (s - mean) / (std + 1e-8)
+from . import checks
+from .constants import GRPO_EPS, STD_FLOOR  # noqa: F401  (re-exported: tpo_core.losses.STD_FLOOR)
 
 
 # --------------------------------------------------------------------------------------------
 # validation helpers
 # --------------------------------------------------------------------------------------------
-def _check_positive(name: str, value) -> None:
-    if isinstance(value, numbers.Number) and not (value > 0):
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-
-
 def _check_group(name: str, x) -> None:
     if jnp.ndim(x) < 1 or jnp.shape(x)[-1] < 2:
         raise ValueError(f"{name} needs a group axis (last) of size K >= 2, got shape {jnp.shape(x)}")
@@ -45,6 +39,14 @@ def _check_same_shape(**arrays) -> None:
 # --------------------------------------------------------------------------------------------
 # scores -> standardised utilities
 # --------------------------------------------------------------------------------------------
+def _centred(scores, ddof: int):
+    """(c, σ): the scores minus their group mean, and the group std (keepdims), population std for ``ddof=0``."""
+    scores = jnp.asarray(scores, jnp.float32)
+    k = scores.shape[-1]
+    c = scores - scores.mean(-1, keepdims=True)
+    return c, jnp.sqrt((c**2).sum(-1, keepdims=True) / (k - ddof))
+
+
 def standardize(scores, *, ddof: int = 0, floor: float = STD_FLOOR):
     r"""Group z-score with the paper's zero-variance rule.
 
@@ -54,20 +56,14 @@ def standardize(scores, *, ddof: int = 0, floor: float = STD_FLOOR):
     An all-equal group gives ``u = 0`` exactly.
     """
     _check_group("scores", scores)
-    scores = jnp.asarray(scores, jnp.float32)
-    k = scores.shape[-1]
-    c = scores - scores.mean(-1, keepdims=True)
-    sigma = jnp.sqrt((c**2).sum(-1, keepdims=True) / (k - ddof))
+    c, sigma = _centred(scores, ddof)
     safe = sigma > floor
     return jnp.where(safe, c / jnp.where(safe, sigma, 1.0), c)
 
 
 def group_std(scores, *, ddof: int = 0):
     """Std of the scores over the group axis (population by default)."""
-    scores = jnp.asarray(scores, jnp.float32)
-    k = scores.shape[-1]
-    c = scores - scores.mean(-1, keepdims=True)
-    return jnp.sqrt((c**2).sum(-1) / (k - ddof))
+    return _centred(scores, ddof)[1][..., 0]
 
 
 def zero_variance(scores):
@@ -88,7 +84,7 @@ def tpo_target(logp_old, scores, eta=1.0, *, anchor: bool = True, std_floor: flo
     ``std_floor`` is the σ threshold of :func:`standardize` (raise it to stop standardisation from
     amplifying tiny score differences; named variant, the paper uses 1e-6).
     """
-    _check_positive("eta", eta)
+    checks.positive_if_number("eta", eta)
     _check_group("scores", scores)
     _check_same_shape(logp_old=logp_old, scores=scores)
     u = standardize(scores, floor=std_floor)
@@ -109,7 +105,8 @@ def tpo_loss(logp, logp_old, scores, eta=1.0, *, anchor: bool = True, std_floor:
 
 
 def tpo_token_loss(cand_logp, cand_logp_old, cand_rewards, eta=1.0):
-    """Token-level TPO (dense rewards): one target per state over its K next-token candidates.
+    """:func:`tpo_loss` itself, on token-level inputs (dense rewards): the group is a state's K next-token
+    candidates instead of a prompt's K completions, so the formula is the same and only the shapes differ.
 
     Shapes ``[..., H, K]``: the candidate axis is last; the loss is the mean over all B·H states.
     Candidates are drawn i.i.d. with replacement; duplicates are kept, exactly like the reference.
@@ -122,7 +119,7 @@ def group_pg_loss(logp, scores, eta=1.0):
 
     .. math:: L = -\sum_i (u_i/\eta) \log\pi(y_i)
     """
-    _check_positive("eta", eta)
+    checks.positive_if_number("eta", eta)
     _check_same_shape(logp=logp, scores=scores)
     u = standardize(scores)
     return -((u / eta) * logp).sum(-1).mean()
@@ -134,8 +131,8 @@ def group_pg_loss(logp, scores, eta=1.0):
 def grpo_advantages(scores, *, ddof: int = 0):
     """GRPO's group advantage (s - mean) / (std + 1e-8); population std by default (paper)."""
     _check_group("scores", scores)
-    scores = jnp.asarray(scores, jnp.float32)
-    return (scores - scores.mean(-1, keepdims=True)) / (group_std(scores, ddof=ddof)[..., None] + GRPO_EPS)
+    c, sigma = _centred(scores, ddof)
+    return c / (sigma + GRPO_EPS)
 
 
 def k3_kl(logp, logp_ref):
@@ -162,7 +159,7 @@ def grpo_loss(logp, logp_old, scores, *, beta=0.04, clip_eps=0.2, clip_eps_high=
     mean over informative groups); ``clip_eps_high`` gives DAPO's clip-higher; ``ddof=1`` the
     sample std of TRL/verl; ``logp_ref`` a frozen reference for the KL (default: the rollout snapshot).
     """
-    _check_positive("clip_eps", clip_eps)
+    checks.positive_if_number("clip_eps", clip_eps)
     _check_same_shape(logp=logp, logp_old=logp_old, scores=scores)
     adv = jax.lax.stop_gradient(grpo_advantages(scores, ddof=ddof))
     ref = logp_old if logp_ref is None else logp_ref
@@ -227,20 +224,20 @@ def pg_loss(token_logp, adv):
 
 def ppo_loss(token_logp, token_logp_old, adv, *, clip_eps=0.2):
     """PPO without a critic: per-token clipped surrogate, summed over tokens, mean over the batch."""
-    _check_positive("clip_eps", clip_eps)
+    checks.positive_if_number("clip_eps", clip_eps)
     adv = jax.lax.stop_gradient(adv)
     return -clipped_surrogate(token_logp - token_logp_old, adv, clip_eps).sum(-1).mean()
 
 
 def dg_weights(token_logp, adv, eta=1.0):
     """Delightful PG gate: w = sigmoid(A · (-log π(a)) / η)."""
-    _check_positive("eta", eta)
+    checks.positive_if_number("eta", eta)
     return jax.nn.sigmoid(adv * (-token_logp) / eta)
 
 
 def dg_loss(token_logp, adv, eta=1.0):
     r"""Delightful Policy Gradient (Osband 2026): L = -Σ_t sg(w_t A_t) log π(a_t)."""
-    w = jax.lax.stop_gradient(dg_weights(jax.lax.stop_gradient(token_logp), adv, eta) * adv)
+    w = jax.lax.stop_gradient(dg_weights(token_logp, adv, eta) * adv)
     return -(w * token_logp).sum(-1).mean()
 
 
@@ -266,7 +263,7 @@ def rebel_loss(logp, logp_old, scores, eta=1.0):
 
     .. math:: \big(\tfrac1\eta[(\ell_i-\ell^{old}_i)-(\ell_j-\ell^{old}_j)] - (s_i-s_j)\big)^2
     """
-    _check_positive("eta", eta)
+    checks.positive_if_number("eta", eta)
     _check_group("scores", scores)
     _check_same_shape(logp=logp, logp_old=logp_old, scores=scores)
     k = jnp.shape(scores)[-1]
@@ -301,6 +298,14 @@ def vmpo_loss(logp, logp_old, scores, log_temperature, log_alpha, *, eps_eta=0.1
     kl = k3_kl(logp, logp_old).mean()
     trust = alpha * (eps_alpha - jax.lax.stop_gradient(kl)) + jax.lax.stop_gradient(alpha) * kl
     return policy + temperature + trust
+
+
+def bandit_scores(actions, adv, num_classes: int):
+    """The MNIST bandit's raw scores over the ``num_classes`` actions of each image, from its one sampled action:
+    ``sign(A)`` on the sampled class, 0 on the others (actions [N], adv [N] -> [N, C]). Standardised they are
+    u_a = sign(A)·sqrt(C-1) and u_j = -sign(A)/sqrt(C-1), so TPO's bandit target is
+    ``tpo_target(logits, bandit_scores(actions, adv, C), eta)``."""
+    return jnp.sign(adv)[:, None] * jax.nn.one_hot(actions, num_classes)
 
 
 def cross_entropy_loss(logits, labels):

@@ -9,9 +9,11 @@ Sampling kinds on the token tasks:
   ``token_logp``/``token_logp_old`` [B, K, H];
 * ``single`` — one completion per prompt; batch: ``token_logp``/``token_logp_old``/``rewards`` [B, H];
 * ``token``  — one behaviour trajectory, K next-token candidates per state (dense rewards only);
-  batch: ``logp``/``logp_old``/``scores`` [B, H, K].
+  batch: ``logp``/``logp_old``/``scores`` [B, H, K];
+* ``bandit`` — no token-task loss: a method of the MNIST bandit only (the supervised reference ``ce``).
 
-Hyperparameters ``hp``: eta, beta, clip_eps, std_floor (see :class:`tpo_core.config.TokenConfig`).
+Each loss reads its hyperparameters from ``knobs``, the run's traced scalars (:data:`tpo_core.config.TOKEN_KNOBS`:
+eta, lr, beta, clip_eps, std_floor, reward_noise; :data:`~tpo_core.config.BANDIT_KNOBS` on the bandit).
 """
 from __future__ import annotations
 
@@ -24,16 +26,16 @@ import jax.numpy as jnp
 from . import losses as L
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Method:
     name: str
     title: str
-    sampling: str              # "group" | "single" | "token"
+    sampling: str              # "group" | "single" | "token" (the token tasks, above) | "bandit" (bandit only)
     epochs: int                # default number of update epochs per batch
-    loss: Callable             # (batch, hp) -> scalar, on the token tasks
+    loss: Optional[Callable]   # (batch, knobs) -> scalar, on the token tasks (None: bandit only)
     summary: str
     variant: str = "paper"     # "paper", "ablation", "TRL/verl", "DAPO", "beyond the paper"
-    bandit: Optional[Callable] = None  # (logits, actions, labels, adv, hp) -> scalar
+    bandit: Optional[Callable] = None  # (logits, actions, labels, adv, knobs) -> scalar
     learned: tuple = ()        # names of extra scalar parameters learned with the policy (V-MPO)
     oversample: float = 1.0    # refill variants: groups drawn per episode = round(B·oversample) (see tpo_refill)
     refill: bool = False       # keep the first B informative groups of the draw; mask the rest (batch["keep"])
@@ -53,27 +55,22 @@ def _adv(batch):
 
 
 # ---- bandit adapters: logits [N, C], actions [N], labels [N], adv = r - Σπ² [N] ------------------
-def _bandit_u(logits, actions, adv):
-    onehot = jax.nn.one_hot(actions, logits.shape[-1])
-    return jnp.sign(adv)[:, None] * L.standardize(onehot)  # u_a = 3 sign(A), u_j = -sign(A)/3 (C=10)
-
-
 def _picked(logits, actions):
     return jnp.take_along_axis(jax.nn.log_softmax(logits), actions[:, None], -1)[:, 0]
 
 
-def _bandit_tpo(logits, actions, labels, adv, hp):
-    u = _bandit_u(logits, actions, adv)
-    q = jax.lax.stop_gradient(jax.nn.softmax(jax.nn.log_softmax(logits) + u / hp["eta"]))
-    return -(q * jax.nn.log_softmax(logits)).sum(-1).mean()
+def _bandit_tpo(logits, actions, labels, adv, knobs):
+    """TPO on the bandit: the group is the C classes of an image, p_old = π (the current logits, frozen inside
+    the target), scores :func:`tpo_core.losses.bandit_scores`: :func:`tpo_core.losses.tpo_loss` itself."""
+    return L.tpo_loss(logits, logits, L.bandit_scores(actions, adv, logits.shape[-1]), knobs["eta"])
 
 
-def _bandit_group_pg(logits, actions, labels, adv, hp):
-    u = _bandit_u(logits, actions, adv)
+def _bandit_group_pg(logits, actions, labels, adv, knobs):
+    u = L.standardize(L.bandit_scores(actions, adv, logits.shape[-1]))  # u_a = 3 sign(A), u_j = -sign(A)/3 (C=10)
     return -(jnp.take_along_axis(u, actions[:, None], -1)[:, 0] * _picked(logits, actions)).mean()
 
 
-def _bandit_grpo(logits, actions, labels, adv, hp):
+def _bandit_grpo(logits, actions, labels, adv, knobs):
     r = (actions == labels).astype(jnp.float32)
     z = (r - r.mean()) / (r.std() + L.GRPO_EPS)
     return L.pg_loss(_picked(logits, actions)[:, None], z[:, None])
@@ -95,9 +92,9 @@ def refill_select(scores, B: int):
     return idx, informative[idx]
 
 
-def _tpo_refill_loss(b, hp):
+def _tpo_refill_loss(b, knobs):
     """TPO's cross-entropy to q, averaged over the kept (informative) groups only; 0 when none is kept."""
-    q = L.tpo_target(b["logp_old"], b["scores"], hp["eta"], std_floor=hp["std_floor"])
+    q = L.tpo_target(b["logp_old"], b["scores"], knobs["eta"], std_floor=knobs["std_floor"])
     ce = -(q * jax.nn.log_softmax(b["logp"], axis=-1)).sum(-1)               # [B]
     keep = b["keep"].astype(jnp.float32)
     return (ce * keep).sum() / jnp.maximum(keep.sum(), 1.0)
@@ -111,8 +108,9 @@ def tpo_refill(oversample: float = 2.0, name: str | None = None) -> Method:
     if not (isinstance(oversample, (int, float)) and oversample >= 1):
         raise ValueError(f"oversample must be a number >= 1, got {oversample!r}")
     return Method(
-        name or f"tpo_refill_x{oversample:g}", f"TPO + refill (×{oversample:g})", "group", 4, _tpo_refill_loss,
-        f"TPO on the first B informative groups of {oversample:g}·B drawn (DAPO's dynamic sampling, fixed "
+        name=name or f"tpo_refill_x{oversample:g}", title=f"TPO + refill (×{oversample:g})", sampling="group", epochs=4,
+        loss=_tpo_refill_loss,
+        summary=f"TPO on the first B informative groups of {oversample:g}·B drawn (DAPO's dynamic sampling, fixed "
         "oversampling; zero-variance filler masked when fewer are informative).",
         variant="beyond the paper", oversample=float(oversample), refill=True)
 
@@ -126,86 +124,86 @@ def register(method: Method) -> Method:
 
 
 register(Method(
-    "tpo", "TPO", "group", 4,
-    lambda b, hp: L.tpo_loss(b["logp"], b["logp_old"], b["scores"], hp["eta"], std_floor=hp["std_floor"]),
-    "Cross-entropy to q ∝ p_old·exp(u/η) over the K completions of each prompt.",
+    name="tpo", title="TPO", sampling="group", epochs=4,
+    loss=lambda b, k: L.tpo_loss(b["logp"], b["logp_old"], b["scores"], k["eta"], std_floor=k["std_floor"]),
+    summary="Cross-entropy to q ∝ p_old·exp(u/η) over the K completions of each prompt.",
     bandit=_bandit_tpo))
 register(Method(
-    "tpo_no_anchor", "TPO (no anchor)", "group", 4,
-    lambda b, hp: L.tpo_loss(b["logp"], b["logp_old"], b["scores"], hp["eta"], anchor=False),
-    "Ablation: q = softmax(u/η), forgetting p_old.", variant="ablation"))
+    name="tpo_no_anchor", title="TPO (no anchor)", sampling="group", epochs=4,
+    loss=lambda b, k: L.tpo_loss(b["logp"], b["logp_old"], b["scores"], k["eta"], anchor=False),
+    summary="Ablation: q = softmax(u/η), forgetting p_old.", variant="ablation"))
 register(Method(
-    "group_pg", "Group PG", "group", 4,
-    lambda b, hp: L.group_pg_loss(b["logp"], b["scores"], hp["eta"]),
-    "Ablation: -Σ (u_i/η) log π(y_i), no target, no ratio.", variant="ablation",
+    name="group_pg", title="Group PG", sampling="group", epochs=4,
+    loss=lambda b, k: L.group_pg_loss(b["logp"], b["scores"], k["eta"]),
+    summary="Ablation: -Σ (u_i/η) log π(y_i), no target, no ratio.", variant="ablation",
     bandit=_bandit_group_pg))
 register(Method(
-    "grpo", "GRPO", "group", 4,
-    lambda b, hp: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=hp["beta"], clip_eps=hp["clip_eps"]),
-    "Paper semantics: population std, sequence-level ratio, k3 KL to the rollout, β 0.04, clip 0.2.",
+    name="grpo", title="GRPO", sampling="group", epochs=4,
+    loss=lambda b, k: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"]),
+    summary="Paper semantics: population std, sequence-level ratio, k3 KL to the rollout, β 0.04, clip 0.2.",
     bandit=_bandit_grpo))
 register(Method(
-    "grpo_no_kl", "GRPO (no KL)", "group", 4,
-    lambda b, hp: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=0.0, clip_eps=hp["clip_eps"]),
-    "GRPO with β = 0."))
+    name="grpo_no_kl", title="GRPO (no KL)", sampling="group", epochs=4,
+    loss=lambda b, k: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=0.0, clip_eps=k["clip_eps"]),
+    summary="GRPO with β = 0."))
 register(Method(
-    "grpo_masked", "GRPO (masked)", "group", 4,
-    lambda b, hp: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=hp["beta"], clip_eps=hp["clip_eps"],
+    name="grpo_masked", title="GRPO (masked)", sampling="group", epochs=4,
+    loss=lambda b, k: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"],
                               mask_zero_var=True),
-    "GRPO with zero-variance groups dropped (mean over informative groups)."))
+    summary="GRPO with zero-variance groups dropped (mean over informative groups)."))
 register(Method(
-    "grpo_trl", "GRPO (TRL/verl)", "group", 4,
-    lambda b, hp: L.grpo_token_ratio_loss(b["token_logp"], b["token_logp_old"], b["scores"], beta=hp["beta"],
-                                          clip_eps=hp["clip_eps"], ddof=1),
-    "TRL/verl flavour: sample std, per-token ratio and KL, mean over tokens then completions.",
+    name="grpo_trl", title="GRPO (TRL/verl)", sampling="group", epochs=4,
+    loss=lambda b, k: L.grpo_token_ratio_loss(b["token_logp"], b["token_logp_old"], b["scores"], beta=k["beta"],
+                                          clip_eps=k["clip_eps"], ddof=1),
+    summary="TRL/verl flavour: sample std, per-token ratio and KL, mean over tokens then completions.",
     variant="TRL/verl"))
 register(Method(
-    "dapo", "DAPO", "group", 4,
-    lambda b, hp: L.dapo_loss(b["token_logp"], b["token_logp_old"], b["scores"], clip_eps=hp["clip_eps"]),
-    "Clip-higher (0.2/0.28), token-level aggregation, no KL, all-equal groups dropped.",
+    name="dapo", title="DAPO", sampling="group", epochs=4,
+    loss=lambda b, k: L.dapo_loss(b["token_logp"], b["token_logp_old"], b["scores"], clip_eps=k["clip_eps"]),
+    summary="Clip-higher (0.2/0.28), token-level aggregation, no KL, all-equal groups dropped.",
     variant="DAPO"))
 register(Method(
-    "rloo", "RLOO", "group", 1,
-    lambda b, hp: L.rloo_loss(b["logp"], b["scores"]),
-    "REINFORCE with a leave-one-out baseline over the group.", variant="beyond the paper"))
+    name="rloo", title="RLOO", sampling="group", epochs=1,
+    loss=lambda b, k: L.rloo_loss(b["logp"], b["scores"]),
+    summary="REINFORCE with a leave-one-out baseline over the group.", variant="beyond the paper"))
 register(Method(
-    "rebel", "REBEL", "group", 4,
-    lambda b, hp: L.rebel_loss(b["logp"], b["logp_old"], b["scores"], hp["eta"]),
-    "Regress log-ratio differences onto reward differences over all pairs.", variant="beyond the paper"))
+    name="rebel", title="REBEL", sampling="group", epochs=4,
+    loss=lambda b, k: L.rebel_loss(b["logp"], b["logp_old"], b["scores"], k["eta"]),
+    summary="Regress log-ratio differences onto reward differences over all pairs.", variant="beyond the paper"))
 register(Method(
-    "vmpo", "V-MPO (group)", "group", 4,
-    lambda b, hp: L.vmpo_loss(b["logp"], b["logp_old"], b["scores"], b["learned"]["log_temperature"],
+    name="vmpo", title="V-MPO (group)", sampling="group", epochs=4,
+    loss=lambda b, k: L.vmpo_loss(b["logp"], b["logp_old"], b["scores"], b["learned"]["log_temperature"],
                               b["learned"]["log_alpha"]),
-    "q ∝ π_old·exp(A/η) on the top half, learned η, KL trust region; no critic.",
+    summary="q ∝ π_old·exp(A/η) on the top half, learned η, KL trust region; no critic.",
     variant="beyond the paper", learned=("log_temperature", "log_alpha")))
 register(tpo_refill(2.0, "tpo_refill"))
 register(Method(
-    "tpo_token", "TPO_token", "token", 4,
-    lambda b, hp: L.tpo_token_loss(b["logp"], b["logp_old"], b["scores"], hp["eta"]),
-    "Per-state TPO over K i.i.d. next-token candidates (dense rewards)."))
+    name="tpo_token", title="TPO_token", sampling="token", epochs=4,
+    loss=lambda b, k: L.tpo_token_loss(b["logp"], b["logp_old"], b["scores"], k["eta"]),
+    summary="Per-state TPO over K i.i.d. next-token candidates (dense rewards)."))
 register(Method(
-    "grpo_token", "GRPO_token", "token", 4,
-    lambda b, hp: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=hp["beta"], clip_eps=hp["clip_eps"]),
-    "GRPO on single-token log-probs of the per-state candidates (dense rewards)."))
+    name="grpo_token", title="GRPO_token", sampling="token", epochs=4,
+    loss=lambda b, k: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"]),
+    summary="GRPO on single-token log-probs of the per-state candidates (dense rewards)."))
 register(Method(
-    "ppo", "PPO", "single", 4,
-    lambda b, hp: L.ppo_loss(b["token_logp"], b["token_logp_old"], _adv(b), clip_eps=hp["clip_eps"]),
-    "Per-token clipped surrogate, A_t = r_t - per-position batch mean, no critic."))
+    name="ppo", title="PPO", sampling="single", epochs=4,
+    loss=lambda b, k: L.ppo_loss(b["token_logp"], b["token_logp_old"], _adv(b), clip_eps=k["clip_eps"]),
+    summary="Per-token clipped surrogate, A_t = r_t - per-position batch mean, no critic."))
 register(Method(
-    "pg", "PG", "single", 4,
-    lambda b, hp: L.pg_loss(b["token_logp"], _adv(b)),
-    "REINFORCE with the per-position batch-mean baseline.",
-    bandit=lambda logits, a, y, adv, hp: L.pg_loss(_picked(logits, a)[:, None], adv[:, None])))
+    name="pg", title="PG", sampling="single", epochs=4,
+    loss=lambda b, k: L.pg_loss(b["token_logp"], _adv(b)),
+    summary="REINFORCE with the per-position batch-mean baseline.",
+    bandit=lambda logits, a, y, adv, k: L.pg_loss(_picked(logits, a)[:, None], adv[:, None])))
 register(Method(
-    "dg", "DG", "single", 1,
-    lambda b, hp: L.dg_loss(b["token_logp"], _adv(b), hp["eta"]),
-    "Delightful PG: gate sigmoid(A·surprisal/η) on the PG term (1 epoch; diverges with more).",
-    bandit=lambda logits, a, y, adv, hp: L.dg_loss(_picked(logits, a)[:, None], adv[:, None], hp["eta"])))
+    name="dg", title="DG", sampling="single", epochs=1,
+    loss=lambda b, k: L.dg_loss(b["token_logp"], _adv(b), k["eta"]),
+    summary="Delightful PG: gate sigmoid(A·surprisal/η) on the PG term (1 epoch; diverges with more).",
+    bandit=lambda logits, a, y, adv, k: L.dg_loss(_picked(logits, a)[:, None], adv[:, None], k["eta"])))
 register(Method(
-    "ce", "CE (supervised)", "bandit", 1, None,
-    "Supervised cross-entropy with the true label: the supervised reference, not RL and not an upper bound "
+    name="ce", title="CE (supervised)", sampling="bandit", epochs=1, loss=None,
+    summary="Supervised cross-entropy with the true label: the supervised reference, not RL and not an upper bound "
     "(it sees every label, and on a small training set it overfits).",
-    variant="supervised", bandit=lambda logits, a, y, adv, hp: L.cross_entropy_loss(logits, y)))
+    variant="supervised", bandit=lambda logits, a, y, adv, k: L.cross_entropy_loss(logits, y)))
 
 TOKEN_METHODS = tuple(n for n, m in REGISTRY.items() if m.loss is not None)
 BANDIT_METHODS = tuple(n for n, m in REGISTRY.items() if m.bandit is not None)

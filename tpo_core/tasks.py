@@ -10,28 +10,30 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
-REWARDS = ("bag", "sequential", "terminal")
-DENSE_REWARDS = ("bag", "sequential")
+from . import checks
+from .constants import DENSE_REWARDS, REWARDS, TARGETS  # noqa: F401  (re-exported)
 
 
-def check_task(target: str, reward: str) -> None:
-    if target not in TARGETS:
-        raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
-    if reward not in REWARDS:
-        raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+def check_target(target: str) -> None:
+    """``target`` is one of ``TARGETS``; ``ValueError`` naming it otherwise."""
+    checks.one_of("target", target, TARGETS)
+
+
+def check_reward(reward: str) -> None:
+    """``reward`` is one of ``REWARDS``; ``ValueError`` naming it otherwise."""
+    checks.one_of("reward", reward, REWARDS)
 
 
 def target_tokens(prompts, target: str, vocab: int):
     """prompts [..., H] -> the correct answer [..., H]."""
-    check_task(target, "bag")
+    check_target(target)
     x = prompts[..., ::-1] if target.startswith("reverse") else prompts
     return vocab - 1 - x if target.endswith("flip") else x
 
 
 def token_rewards(correct, reward: str):
     """correct [..., H] (bool) -> per-token rewards [..., H] (float32)."""
-    check_task("copy", reward)
+    check_reward(reward)
     c = correct.astype(jnp.float32)
     if reward == "bag":
         return c

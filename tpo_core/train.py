@@ -3,7 +3,8 @@
 ``make_token_program(cfg)`` / ``make_bandit_program(cfg)`` return a :class:`Program`:
 ``init(seeds, points) -> carry`` and ``chunk(carry, start, n) -> (carry, metrics)``, where ``chunk`` is one
 ``jax.jit`` of ``vmap`` (over runs) of ``lax.scan`` (over ``n`` episodes). A whole run is one chunk;
-a UI streams by calling chunks in a Python loop (each chunk size compiles once and is cached).
+a UI streams through the library's one chunk loop, :func:`run_chunks` (each chunk size compiles
+once and is cached). Each method's sampling kind is a ``Sampling`` (``SAMPLINGS``), chosen once per program.
 
 The compiled program is keyed on the configuration's *static* part only (``cfg.static``: method, task,
 shapes, epochs, model, optimizer kind). The scalar hyperparameters (``cfg.knobs``: η, lr, β, clip ε, σ floor,
@@ -88,29 +89,71 @@ class Program:
 
     def run(self, seeds: Sequence[int], n: int, chunk_size: int | None = None,
             points: Sequence[dict] | None = None) -> Iterator[tuple[int, dict]]:
-        """Yield ``(done, metrics)`` after each chunk; metrics are numpy [runs, chunk, ...]."""
-        carry = self.init(seeds, points)
-        size = chunk_plan(n, chunk_size)
-        done = 0
-        while done < n:
-            step = min(size, n - done)
-            carry, metrics = self.chunk(carry, done, step, *self.data)
-            done += step
-            yield done, jax.tree.map(np.asarray, metrics)
+        """Yield ``(done, metrics)`` after each chunk (the library's one chunk loop,
+        :func:`run_chunks`, in chunks of :func:`chunk_plan`); metrics are numpy [runs, chunk, ...]."""
+        for _, done, metrics in run_chunks(self, self.init(seeds, points), chunk_sizes(n, chunk_size)):
+            yield done, metrics
 
 
 def chunk_plan(n: int, requested: int | None) -> int:
     """Chunk length for streaming n episodes: a divisor of n near ``requested`` when one exists, so a
-    run compiles a single chunk shape (a ragged last chunk would cost a second compile)."""
-    if requested is None or requested >= n:
-        return n
-    requested = max(1, requested)
-    best = max(d for d in range(1, requested + 1) if n % d == 0)
-    return best if 2 * best >= requested else requested
+    run compiles a single chunk shape (a ragged last chunk would cost a second compile); the first of
+    :func:`chunk_sizes`."""
+    sizes = chunk_sizes(n, requested)
+    return sizes[0] if sizes else n
+
+
+# --------------------------------------------------------------------------------------------
+# the one chunk loop, its chunk sizes, and a sweep's metrics by point
+# --------------------------------------------------------------------------------------------
+def chunk_sizes(total: int, size: int | None = None, *, first: int | None = None) -> list:
+    """The chunk lengths that stream ``total`` steps.
+
+    Without ``first`` (whole runs): chunks of a divisor of ``total`` near ``size`` when one exists (one compiled
+    shape), else of ``size`` with a ragged last chunk; ``size`` None or >= total: one chunk. With ``first``
+    (a UI that wants its first points at once): ``first``, then ``size`` repeatedly, then 1s for the remainder
+    (two compiled shapes)."""
+    if total <= 0:
+        return []
+    if first is not None:
+        rest = total - first
+        return [first] + [size] * (rest // size) + [1] * (rest % size)
+    if size is None or size >= total:
+        return [total]
+    size = max(1, size)
+    best = max(d for d in range(1, size + 1) if total % d == 0)
+    size = best if 2 * best >= size else size
+    return [size] * (total // size) + ([total % size] if total % size else [])
+
+
+def run_chunks(program, carry, sizes, start: int = 0, call=None) -> Iterator[tuple]:
+    """The chunk loop (of :meth:`Program.run`, the UI streams of :mod:`tpo_core.stream`, the book's timed runs):
+    advance ``carry`` by each of ``sizes`` in turn; yield ``(carry, done, metrics)`` after
+    each chunk, metrics numpy [runs, n, ...]. ``call(carry, start, n)`` runs one chunk (default: the
+    program's chunk, blocking until its metrics are on the host)."""
+    call = call or (lambda c, s, n: chunk_to_host(program, c, s, n))
+    done = start
+    for n in sizes:
+        carry, metrics = call(carry, done, n)
+        done += n
+        yield carry, done, metrics
+
+
+def chunk_to_host(program, carry, start: int, n: int):
+    """One chunk of ``program`` from episode ``start``, blocking until its metrics are on the host (numpy)."""
+    carry, metrics = program.chunk(carry, start, n, *program.data)
+    return carry, jax.tree.map(np.asarray, metrics)
+
+
+def by_point(metrics: dict, n_points: int, n_seeds: int) -> dict:
+    """Metrics of a sweep's runs [P·S, ...] (point-major, as :meth:`Program.init` lays them
+    out) as [P, S, ...]."""
+    return {k: v.reshape((n_points, n_seeds) + v.shape[1:]) for k, v in metrics.items()}
 
 
 def _clear_programs():
     _token_program.cache_clear()
+    _token_parts.cache_clear()
     _bandit_program.cache_clear()
 
 
@@ -164,15 +207,84 @@ def make_token_program(cfg: TokenConfig, run_batch: int | None = None) -> Progra
     return Program(init_runs=init_runs, chunk=chunk, knobs=cfg.knobs)
 
 
+def token_parts(cfg: TokenConfig) -> dict:
+    """The pieces one token-task episode of :func:`make_token_program` is built from, unjitted, for analyses and
+    profiles that run them one at a time: ``init_one(key, knobs) -> state``, ``rollout(params, key, e, knobs) ->
+    (batch, error)``, ``loss_fn(params, batch, knobs) -> (loss, tracked p)``, ``tx`` (the optimizer) and
+    ``episode(state, e) -> (state, metrics)``. The program's chunk scans this ``episode``."""
+    return dict(_token_parts(cfg.static))
+
+
+# --------------------------------------------------------------------------------------------
+# the sampling kinds of the token tasks (Method.sampling), one object each
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """What one sampling kind of :class:`tpo_core.methods.Method` adds to an episode's batch.
+
+    ``rollout(r, cfg)``: the entries from the rollout, ``r`` holding its arrays (``answers`` [B, n, H],
+    ``logp_full_old`` [B, n, H, V], ``token_logp_old`` [B, n, H], ``rewards`` [B, n, H], ``scores`` [B, n],
+    ``correct``, ``target`` [B, H] and a spare ``key``; n = K for groups, else 1); ``policy(logp_full, token_logp,
+    batch)``: the entries from the policy being trained, for the loss. ``groups``: the batch is groups of K
+    completions (a refill variant draws more of them; the engine tracks their p against TPO's q)."""
+
+    rollout: Callable
+    policy: Callable
+    groups: bool = False
+
+
+def _group_rollout(r, cfg):
+    return dict(logp_old=r["token_logp_old"].sum(-1), scores=r["scores"], token_logp_old=r["token_logp_old"])
+
+
+def _single_rollout(r, cfg):
+    return dict(token_logp_old=r["token_logp_old"][:, 0], rewards=r["rewards"][:, 0])
+
+
+def _candidates_rollout(r, cfg):
+    """K i.i.d. candidates per state of the behaviour trajectory, candidate 0 = the behaviour token."""
+    lp = r["logp_full_old"][:, 0]                                               # [B, H, V]
+    extra = jax.random.categorical(r["key"], lp[:, :, None, :], shape=(cfg.B, cfg.H, cfg.K - 1))
+    cand = jnp.concatenate([r["answers"][:, 0, :, None], extra], -1)            # [B, H, K]
+    return dict(cand=cand, logp_old=jnp.take_along_axis(lp, cand, -1),
+                scores=tasks.candidate_rewards(cand == r["target"][:, :, None], r["correct"][:, 0], cfg.reward))
+
+
+SAMPLINGS = {
+    "group": Sampling(rollout=_group_rollout, groups=True,
+                      policy=lambda logp_full, token_logp, batch: dict(logp=token_logp.sum(-1), token_logp=token_logp)),
+    "single": Sampling(rollout=_single_rollout,
+                       policy=lambda logp_full, token_logp, batch: dict(token_logp=token_logp[:, 0])),
+    "token": Sampling(rollout=_candidates_rollout,
+                      policy=lambda logp_full, token_logp, batch: dict(
+                          logp=jnp.take_along_axis(logp_full[:, 0], batch["cand"], -1))),
+}
+
+
 NOISE_STREAM = 7  # fold_in index of the reward-noise key (its own stream: prompts and samples are unchanged)
 
 
 @functools.lru_cache(maxsize=64)
 def _token_program(cfg: TokenConfig, run_batch: int | None = None):
+    parts = _token_parts(cfg)
+    episode = parts["episode"]
+
+    @functools.partial(runtime.TopLevelJit, static_argnums=2, options=runtime.chunk_compiler_options())
+    def chunk(carry, start, n):
+        def one_run(state):
+            return jax.lax.scan(episode, state, start + jnp.arange(n))
+        return _map_runs(one_run, carry, run_batch)
+
+    return _init_runs(parts["init_one"]), chunk
+
+
+@functools.lru_cache(maxsize=64)
+def _token_parts(cfg: TokenConfig):
     spec = cfg.spec
-    B, H, V, K, E = cfg.B, cfg.H, cfg.V, cfg.K, cfg.n_epochs
-    ks = cfg.samples_per_prompt
-    n_draw = spec.groups_drawn(B) if spec.sampling == "group" else B  # > B only for a refill variant
+    B, H, V, E = cfg.B, cfg.H, cfg.V, cfg.n_epochs
+    n_samples = cfg.samples_per_prompt  # answers sampled per prompt: K (group methods) or 1 (single, token)
+    sampling = SAMPLINGS[spec.sampling]  # the method's sampling kind, chosen once
+    n_draw = spec.groups_drawn(B) if sampling.groups else B  # > B only for a refill variant
     n_track = min(cfg.track, B)
     tx = make_optimizer(cfg.optimizer)
     graphdef = nnx.graphdef(nnx.eval_shape(lambda: _transformer(cfg, jax.random.key(0))))
@@ -190,25 +302,18 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
         kp, ksmp, kc = jax.random.split(jax.random.fold_in(key, e), 3)
         prompts = jax.random.randint(kp, (n_draw, H), 0, V)
         policy = model(params)
-        answers, logp_full_old = policy.sample(prompts, ksmp, ks)             # [B, ks, H], [B, ks, H, V]
+        answers, logp_full_old = policy.sample(prompts, ksmp, n_samples)   # [B, n_samples, H], [.., H, V]
         if cfg.old_logp == "teacher_forced":  # recompute with the loss's own forward (+1 forward per episode)
             logp_full_old = policy.answer_logprobs(prompts, answers)
         target = tasks.target_tokens(prompts, cfg.target, V)                   # [B, H]
         correct = answers == target[:, None, :]
-        rewards = tasks.token_rewards(correct, cfg.reward)                     # [B, ks, H]
-        scores = tasks.sequence_scores(rewards)                                # [B, ks]
-        token_logp_old = _gather(logp_full_old, answers)                       # [B, ks, H]
+        rewards = tasks.token_rewards(correct, cfg.reward)                     # [B, n_samples, H]
+        scores = tasks.sequence_scores(rewards)                                # [B, n_samples]
+        token_logp_old = _gather(logp_full_old, answers)                       # [B, n_samples, H]
         batch = dict(prompts=prompts, answers=answers)
-        if spec.sampling == "group":
-            batch.update(logp_old=token_logp_old.sum(-1), scores=scores, token_logp_old=token_logp_old)
-        elif spec.sampling == "single":
-            batch.update(token_logp_old=token_logp_old[:, 0], rewards=rewards[:, 0])
-        else:  # token: K i.i.d. candidates per state, candidate 0 = the behaviour token
-            lp = logp_full_old[:, 0]                                           # [B, H, V]
-            extra = jax.random.categorical(kc, lp[:, :, None, :], shape=(B, H, K - 1))
-            cand = jnp.concatenate([answers[:, 0, :, None], extra], -1)        # [B, H, K]
-            batch.update(cand=cand, logp_old=jnp.take_along_axis(lp, cand, -1),
-                         scores=tasks.candidate_rewards(cand == target[:, :, None], correct[:, 0], cfg.reward))
+        batch.update(sampling.rollout(dict(answers=answers, logp_full_old=logp_full_old, token_logp_old=token_logp_old,
+                                           rewards=rewards, scores=scores, correct=correct, target=target, key=kc),
+                                      cfg))
         if "scores" in batch:  # optional score noise (σ = reward_noise, 0 by default); error stays noiseless
             noise_key = jax.random.fold_in(jax.random.fold_in(key, e), NOISE_STREAM)
             noise = jax.random.normal(noise_key, batch["scores"].shape)
@@ -218,18 +323,13 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
             batch = dict({k: v[idx] for k, v in batch.items()}, keep=keep)
         return batch, tasks.error_rate(scores)  # error of every sampled completion (all n_draw groups)
 
-    def loss_fn(params, batch, hp):
-        logp_full = model(params).answer_logprobs(batch["prompts"], batch["answers"])  # [B, ks, H, V]
+    def loss_fn(params, batch, knobs):
+        logp_full = model(params).answer_logprobs(batch["prompts"], batch["answers"])  # [B, n_samples, H, V]
         token_logp = _gather(logp_full, batch["answers"])
         b = dict(batch, learned=params.get("learned"))
-        if spec.sampling == "group":
-            b.update(logp=token_logp.sum(-1), token_logp=token_logp)
-        elif spec.sampling == "single":
-            b.update(token_logp=token_logp[:, 0])
-        else:
-            b.update(logp=jnp.take_along_axis(logp_full[:, 0], batch["cand"], -1))
-        loss = spec.loss(b, hp)
-        if spec.sampling == "group":  # p of the tracked groups (informative groups first)
+        b.update(sampling.policy(logp_full, token_logp, batch))
+        loss = spec.loss(b, knobs)
+        if sampling.groups:  # p of the tracked groups (informative groups first)
             tracked = jax.nn.softmax(b["logp"][_tracked(batch["scores"])], -1)
         else:
             tracked = jnp.zeros((n_track, 1))
@@ -240,7 +340,6 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
 
     def episode(state, e):
         knobs = state["knobs"]
-        hp = {k: knobs[k] for k in ("eta", "beta", "clip_eps", "std_floor")}
         # The named scopes label the compiled program's operations (benchmarks/bench_train.py --ops reads them).
         with jax.named_scope("sampling"):
             batch, error = rollout(state["params"], state["key"], e, knobs)
@@ -248,7 +347,7 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
         def epoch(carry, _):
             params, opt = carry
             with jax.named_scope("forward_backward"):
-                (loss, p_track), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, hp)
+                (loss, p_track), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, knobs)
             with jax.named_scope("optimizer"):
                 updates, opt = tx.update(grads, opt, params)
                 step = optax.tree.norm(updates["model"])
@@ -279,7 +378,7 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
                     success_mass=((q * good).sum(-1) * informative).sum() / jnp.maximum(informative.sum(), 1.0),
                     success_mass_old=((jax.nn.softmax(lo, -1) * good).sum(-1) * informative).sum()
                     / jnp.maximum(informative.sum(), 1.0))
-                if spec.sampling == "group" and n_track:
+                if sampling.groups and n_track:
                     idx = _tracked(s)
                     metrics.update(track_q=q[idx], track_p=jnp.moveaxis(p_track, 0, 1),  # p: [n_track, epochs, K]
                                    track_scores=s[idx], track_informative=~zero[idx])
@@ -288,14 +387,7 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
                                                             "entropy_p_old", "tv")})
         return dict(state, params=params, opt=opt), metrics
 
-    @functools.partial(runtime.TopLevelJit, static_argnums=2, options=runtime.chunk_compiler_options())
-    def chunk(carry, start, n):
-        def one_run(state):
-            return jax.lax.scan(episode, state, start + jnp.arange(n))
-        return _map_runs(one_run, carry, run_batch)
-
-    chunk.parts = dict(init_one=init_one, rollout=rollout, loss_fn=loss_fn, tx=tx, episode=episode)  # profiling
-    return _init_runs(init_one), chunk
+    return dict(init_one=init_one, rollout=rollout, loss_fn=loss_fn, tx=tx, episode=episode)
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,7 +428,7 @@ def _bandit_program(cfg: BanditConfig, dataset, run_batch: int | None = None):
         adv = reward - (pi**2).sum(-1)  # expected-reward baseline
 
         def loss_fn(params):
-            return spec.bandit(model(params)(x), actions, y, adv, {"eta": state["knobs"]["eta"]})
+            return spec.bandit(model(params)(x), actions, y, adv, state["knobs"])
 
         loss, grads = jax.value_and_grad(loss_fn)(state["params"])
         updates, opt = tx.update(grads, state["opt"], state["params"])
@@ -378,9 +470,7 @@ def _collect(program: Program, seeds, n: int, chunk_size, callback, points) -> d
             callback(done, m)
         parts.append(m)
     out = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
-    if points is not None:
-        out = {k: v.reshape((len(points), len(seeds)) + v.shape[1:]) for k, v in out.items()}
-    return out
+    return out if points is None else by_point(out, len(points), len(seeds))
 
 
 def train_tokens(cfg: TokenConfig, seeds: Sequence[int] = (0,), chunk_size: int | None = None,

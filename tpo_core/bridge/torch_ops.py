@@ -32,13 +32,12 @@ whole groups in one loss (:func:`tpo_loss`).
 """
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Hashable, Sequence
 
 import torch
 
-STD_FLOOR = 1e-6  # arXiv 2604.06159 §2 / reference code: u = c/σ only if σ > 1e-6, else u = c
+from tpo_core import checks
+from tpo_core.constants import STD_FLOOR  # the engine's σ threshold (a module with no imports: no JAX here)
 
 __all__ = ["STD_FLOOR", "standardize", "tpo_target", "tpo_loss", "sequence_logp", "group_index",
            "gather_groups", "tpo_sequence_weights", "tpo_diagnostics", "within_group_spread", "check_eta"]
@@ -48,12 +47,11 @@ __all__ = ["STD_FLOOR", "standardize", "tpo_target", "tpo_loss", "sequence_logp"
 # validation
 # --------------------------------------------------------------------------------------------
 def check_eta(eta) -> float:
-    """η must be a finite real number > 0; returns it as a float."""
+    """η must be a finite real number > 0 (the configs' rule, :func:`tpo_core.checks.positive`); returns it as a
+    float. A one-element tensor is read as its number."""
     if isinstance(eta, torch.Tensor) and eta.numel() == 1:
         eta = eta.item()
-    if isinstance(eta, bool) or not isinstance(eta, numbers.Real) or not math.isfinite(eta) or eta <= 0:
-        raise ValueError(f"eta must be a finite number > 0, got {eta!r}")
-    return float(eta)
+    return checks.positive("eta", eta)
 
 
 def _check_group(name: str, x: torch.Tensor) -> None:

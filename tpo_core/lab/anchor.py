@@ -26,7 +26,7 @@ from tpo_core import losses as L
 from tpo_core import runtime
 from tpo_core.config import TokenConfig
 from tpo_core.models import Transformer
-from tpo_core.train import make_token_program
+from tpo_core.train import make_token_program, token_parts
 
 
 def gradient_split(cfg: TokenConfig):
@@ -39,7 +39,7 @@ def gradient_split(cfg: TokenConfig):
         raise ValueError("gradient_split follows the engine's default TPO run (method 'tpo', optimizer 'muon', "
                          f"old_logp 'sampling'); got {cfg.method!r}, {cfg.optimizer!r}, {cfg.old_logp!r}")
     program = make_token_program(cfg)
-    parts = program.chunk.parts
+    parts = token_parts(cfg)
     rollout, tx = parts["rollout"], parts["tx"]
     graphdef = nnx.graphdef(nnx.eval_shape(lambda: Transformer(
         cfg.V, cfg.H, cfg.d_model, cfg.heads, cfg.layers, cfg.ffn, rngs=nnx.Rngs(0))))

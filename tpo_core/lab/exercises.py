@@ -29,15 +29,14 @@ Python integers and a NumPy random generator.
 """
 from __future__ import annotations
 
-import numbers
 from typing import Callable, Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tpo_core import checks, tasks
 from tpo_core import losses as L
-from tpo_core import tasks
 
 __all__ = ["attempt", "check_standardize", "check_tpo_target", "check_tpo_loss_grad", "check_grpo_advantages",
            "check_k3", "check_sequence_logprob", "check_candidate_rewards", "check_group_minibatches",
@@ -76,8 +75,7 @@ def _check_callable(name: str, value) -> None:
 
 
 def _check_trials(trials) -> None:
-    if isinstance(trials, bool) or not isinstance(trials, numbers.Integral) or trials < 1:
-        raise ValueError(f"trials must be an integer >= 1, got {trials!r}")
+    checks.integer("trials", trials, 1)
 
 
 def _name(fn) -> str:

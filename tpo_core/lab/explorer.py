@@ -16,45 +16,13 @@ import math
 
 import numpy as np
 
+from tpo_core import checks
+
 from . import figures
 
 SCORE_PRESETS = ("one success", "a tie (two successes)", "half succeed", "all fail", "graded")
 LOGP_PRESETS = ("uniform", "random", "success unlikely")
 EXPLORER_ETAS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
-
-
-class InputError(ValueError):
-    """A user input the demo or the notebook widget rejects; the message names the input and is shown in the UI
-    (``demos/explorer.py`` and :mod:`tpo_core.lab.live` raise it)."""
-
-
-def check_int(name: str, value, lo: int, hi: int) -> int:
-    """A whole number in [lo, hi] (floats such as 8.0 from a slider are accepted); InputError naming it."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a whole number between {lo} and {hi}, got {value!r}") from None
-    if not math.isfinite(v) or v != int(v):
-        raise InputError(f"{name} must be a whole number between {lo} and {hi}, got {value!r}")
-    if not lo <= v <= hi:
-        raise InputError(f"{name} must be between {lo} and {hi}, got {int(v)}")
-    return int(v)
-
-
-MAX_ETA = 100.0   # the upper bound on η of the demo and the widget: there exp(u/η) is within a few % of 1 for z-scored u, q ≈ p_old
-
-
-def check_eta(eta, max_eta: float = MAX_ETA) -> float:
-    """η as a float in (0, max_eta]; InputError naming it."""
-    try:
-        e = float(eta)
-    except (TypeError, ValueError):
-        raise InputError(f"η must be a number > 0, got {eta!r}") from None
-    if not math.isfinite(e) or e <= 0:
-        raise InputError(f"η must be > 0, got {eta!r}")
-    if e > max_eta:
-        raise InputError(f"η must be at most {max_eta:g}, got {e:g}")
-    return e
 
 
 def preset_scores(preset: str, K: int) -> np.ndarray:
@@ -98,9 +66,7 @@ def preset_logp(preset: str, K: int, seed=0) -> np.ndarray:
 
 
 def _check_k(K) -> int:
-    if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 2:
-        raise ValueError(f"K must be a whole number >= 2, got {K!r}")
-    return int(K)
+    return checks.integer("K", K, 2)
 
 
 def explorer_grid(K: int = 8, etas=EXPLORER_ETAS, seed: int = 0) -> dict:

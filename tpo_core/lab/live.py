@@ -1,35 +1,35 @@
-"""Live training, chunk by chunk: the streaming engine of the Gradio demo (``demos/app.py``, which imports it
-through ``demos/training.py``) and of the notebook widget (:mod:`tpo_core.lab.widget`).
+"""Live training for a UI: the request validation and the figures of the Gradio demo (``demos/app.py``, through
+``demos/training.py``) and of the notebook widget (:mod:`tpo_core.lab.widget`), over the library's streaming engine.
 
-A :class:`Request` (from :func:`validate`, which turns raw UI values into configs or raises ``InputError``
-naming the input) holds one config per method; :func:`stream` trains the methods interleaved, one chunk each,
-and yields the history after every round, so a UI can redraw between chunks (and stop there). Each method is a
-:func:`tpo_core.train.make_token_program` (or bandit) program; chunks are 1 episode first (so the first points
-arrive within a second on a warm process), then ``CHUNK`` episodes; a ragged remainder is run as 1-episode
-chunks, so a configuration compiles exactly two chunk shapes (:func:`schedule`). The figure builders
+:func:`validate` turns raw UI values into a :class:`tpo_core.stream.Request` (one config per method) or raises
+``ValueError`` naming the input; :func:`stream` is :func:`tpo_core.stream.stream` (the methods interleaved, one
+chunk each, the history after every round, so a UI can redraw between chunks and stop there) on the MNIST data
+set this module loads for a bandit request. Chunks are 1 episode first (so the first points arrive within a
+second on a warm process), then ``CHUNK`` episodes; a ragged remainder is run as 1-episode chunks, so a
+configuration compiles exactly two chunk shapes (:func:`tpo_core.stream.schedule`). The figure builders
 (``error_figure``, ``grad_figure``, ``zero_var_figure``, ``pq_figure``) turn one history
 snapshot into plotly figures. Nothing here imports gradio or ``demos``: the package alone (as Colab installs it)
 runs it.
 """
 from __future__ import annotations
 
-import collections
-import dataclasses
 import threading
-import time
 from typing import Iterator
 
 import numpy as np
 
+from tpo_core import checks
 from tpo_core import methods as M
-from tpo_core import runtime
+from tpo_core import stream as S
 from tpo_core.config import BanditConfig, TokenConfig
+from tpo_core.constants import DENSE_REWARDS, MAX_ETA, TASK_FAMILIES
+from tpo_core.constants import REWARDS as _REWARDS
+from tpo_core.stream import BANDIT_EVAL_EVERY, CHUNK, KEEP, Request, family, is_warm, run_chunk, schedule  # noqa: F401
 
-from .explorer import InputError, check_eta, check_int
 from .figures import color, curves_figure
 
-TASKS = ("token reversal", "MNIST bandit")
-REWARDS = ("terminal", "sequential", "bag")
+TASKS = TASK_FAMILIES
+REWARDS = tuple(reversed(_REWARDS))  # the UI's order: the sparse (default) reward first, then the dense ones
 MAX_TRAIN_K = 16
 MAX_EPISODES = 2000
 MAX_BANDIT_STEPS = 10_000
@@ -37,204 +37,95 @@ MAX_B = 256
 MAX_SEEDS = 4
 MAX_METHODS = 4
 H_MIN, H_MAX = 2, 10
-CHUNK = 5                  # token episodes per streamed update (after the first, 1-episode chunk)
-BANDIT_EVAL_EVERY = 100    # bandit steps per evaluation block
-BANDIT_CHUNK = 5           # bandit blocks per streamed update
-
-
-@dataclasses.dataclass(frozen=True)
-class Request:
-    """A validated training request: one config per method."""
-
-    task: str
-    configs: tuple            # ((method, TokenConfig | BanditConfig), ...)
-    seeds: tuple
-    total: int                # episodes (token) or evaluation blocks (bandit)
-
-    @property
-    def unit(self) -> str:
-        return "episode" if self.task == "token reversal" else "step"
 
 
 def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episodes=300, n_seeds=1, seed=0,
              bandit_steps=3000) -> Request:
-    """Turn raw UI values into a :class:`Request`, or raise ``InputError`` (a ``ValueError``) naming the input."""
-    if task not in TASKS:
-        raise InputError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+    """Turn raw UI values into a :class:`Request`, or raise ``ValueError`` naming the input (the configs' checks,
+    :mod:`tpo_core.checks`, with the UI's bounds; the demo wraps it for its message)."""
+    checks.require(task in TASKS, "task", f"must be one of {', '.join(TASKS)}", task)
     if isinstance(methods, str):
         methods = [methods]
-    if methods is not None and not (isinstance(methods, (list, tuple)) and all(isinstance(m, str) for m in methods)):
-        raise InputError(f"methods must be a list of method names, got {methods!r}")
+    checks.require(methods is None or (isinstance(methods, (list, tuple)) and all(isinstance(m, str) for m in methods)),
+                   "methods", "must be a list of method names", methods)
     methods = list(dict.fromkeys(methods or []))
     if not methods:
-        raise InputError("methods: pick at least one method")
+        raise ValueError("methods: pick at least one method")
     if len(methods) > MAX_METHODS:
-        raise InputError(f"methods: pick at most {MAX_METHODS} at once (each one trains its own model), "
+        raise ValueError(f"methods: pick at most {MAX_METHODS} at once (each one trains its own model), "
                          f"got {len(methods)}")
-    eta_f = check_eta(eta)
-    n_seeds = check_int("seeds", n_seeds, 1, MAX_SEEDS)
-    seed = check_int("seed", seed, 0, 2**31 - 1)
+    eta = checks.eta(checks.as_float(eta), MAX_ETA)
+    n_seeds = checks.whole_number("seeds", n_seeds, 1, MAX_SEEDS)
+    seed = checks.whole_number("seed", seed, 0, 2**31 - 1)
     seeds = tuple(range(seed, seed + n_seeds))
     configs = []
-    if task == "token reversal":
-        if reward not in REWARDS:
-            raise InputError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}")
-        H = check_int("H", H, H_MIN, H_MAX)
-        K = check_int("K", K, 2, MAX_TRAIN_K)
-        B = check_int("B", B, 1, MAX_B)
-        episodes = check_int("episodes", episodes, 1, MAX_EPISODES)
+    if family(task).is_token:
+        checks.require(reward in REWARDS, "reward", f"must be one of {', '.join(REWARDS)}", reward)
+        H = checks.whole_number("H", H, H_MIN, H_MAX)
+        K = checks.whole_number("K", K, 2, MAX_TRAIN_K)
+        B = checks.whole_number("B", B, 1, MAX_B)
+        episodes = checks.whole_number("episodes", episodes, 1, MAX_EPISODES)
         for m in methods:
             if m not in M.TOKEN_METHODS:
-                raise InputError(f"methods: {m!r} does not run on the token task; choose from "
+                raise ValueError(f"methods: {m!r} does not run on the token task; choose from "
                                  f"{', '.join(M.TOKEN_METHODS)}")
-            if M.REGISTRY[m].dense_only and reward not in ("bag", "sequential"):
-                raise InputError(f"methods: {m} needs a dense reward (bag or sequential), "
+            if M.REGISTRY[m].dense_only and reward not in DENSE_REWARDS:
+                raise ValueError(f"methods: {m} needs a dense reward ({' or '.join(DENSE_REWARDS)}), "
                                  f"but reward = {reward}")
-            try:
-                cfg = TokenConfig(method=m, reward=reward, H=H, B=B, K=K, eta=eta_f, episodes=episodes)
-            except ValueError as e:
-                raise InputError(str(e)) from None
+            cfg = TokenConfig(method=m, reward=reward, H=H, B=B, K=K, eta=eta, episodes=episodes)
             configs.append((m, cfg.interaction_matched()))
         return Request(task, tuple(configs), seeds, episodes)
-    steps = check_int("MNIST steps", bandit_steps, BANDIT_EVAL_EVERY, MAX_BANDIT_STEPS)
-    if steps % BANDIT_EVAL_EVERY:
-        raise InputError(f"MNIST steps must be a multiple of {BANDIT_EVAL_EVERY}, got {steps}")
+    steps = checks.whole_number("MNIST steps", bandit_steps, BANDIT_EVAL_EVERY, MAX_BANDIT_STEPS)
+    checks.require(steps % BANDIT_EVAL_EVERY == 0, "MNIST steps", f"must be a multiple of {BANDIT_EVAL_EVERY}", steps)
     for m in methods:
         if m not in M.BANDIT_METHODS:
-            raise InputError(f"methods: {m!r} does not run on the MNIST bandit; choose from "
+            raise ValueError(f"methods: {m!r} does not run on the MNIST bandit; choose from "
                              f"{', '.join(M.BANDIT_METHODS)}")
-        configs.append((m, BanditConfig(method=m, steps=steps, eta=eta_f, eval_every=BANDIT_EVAL_EVERY)))
+        configs.append((m, BanditConfig(method=m, steps=steps, eta=eta, eval_every=BANDIT_EVAL_EVERY)))
     return Request(task, tuple(configs), seeds, steps // BANDIT_EVAL_EVERY)
 
 
 # --------------------------------------------------------------------------------------------
-# programs, compiled once per (config, seeds, chunk length); the first call of each holds a lock
-# so a user and the startup warm-up never compile the same thing twice
+# the engine (tpo_core.stream), with the MNIST data set this lab loads for a bandit request
 # --------------------------------------------------------------------------------------------
-_compiled: set = set()
-runtime.register_cache(_compiled.clear)  # after tpo_core frees its programs, nothing here is warm
-_locks: dict = collections.defaultdict(threading.Lock)
-_guard = threading.Lock()
 _dataset = None
+_dataset_lock = threading.Lock()
 
 
 def mnist_dataset():
     global _dataset
-    with _guard:
+    with _dataset_lock:
         if _dataset is None:
             from . import mnist
             _dataset = mnist.load()
         return _dataset
 
 
-_cache_on = False
+def _dataset_for(configs):
+    return mnist_dataset() if any(isinstance(cfg, BanditConfig) for cfg in configs) else None
 
 
 def program_for(cfg):
-    """The (lru-cached) program of ``cfg``; turns JAX's persistent compile cache on at first use, so
-    a configuration compiled by any earlier process (warm-up, tests, a previous server) loads from it instead
-    of compiling."""
-    global _cache_on
-    from tpo_core.runtime import enable_compile_cache
-    from tpo_core.train import make_bandit_program, make_token_program
-
-    if not _cache_on:
-        enable_compile_cache()
-        _cache_on = True
-
-    if isinstance(cfg, TokenConfig):
-        return make_token_program(cfg)
-    return make_bandit_program(cfg, mnist_dataset())
-
-
-def is_warm(cfg, n_seeds: int, n: int) -> bool:
-    """Whether a chunk of ``n`` episodes for ``n_seeds`` seeds is compiled: programs are keyed on the static
-    part of the config only (η, lr, β, ... are traced), so a new η at a compiled shape is warm."""
-    return (cfg.static, n_seeds, n) in _compiled
-
-
-def run_chunk(program, cfg, carry, start: int, n: int, n_seeds: int):
-    """One chunk, blocking until its metrics are on the host (numpy)."""
-    import jax
-
-    def call():
-        c, m = program.chunk(carry, start, n, *program.data)
-        return c, jax.tree.map(np.asarray, m)
-
-    key = (cfg.static, n_seeds, n)
-    if key in _compiled:
-        return call()
-    with _guard:
-        lock = _locks[key]
-    with lock:
-        out = call()
-        _compiled.add(key)
-    return out
-
-
-def schedule(total: int, chunk: int) -> list:
-    """1, then ``chunk`` repeatedly, then 1s for the remainder: two compiled shapes per config."""
-    if total <= 0:
-        return []
-    rest = total - 1
-    return [1] + [chunk] * (rest // chunk) + [1] * (rest % chunk)
+    """:func:`tpo_core.stream.program_for`, on the MNIST data set for a bandit config."""
+    return S.program_for(cfg, _dataset_for([cfg]))
 
 
 def warm(req: Request) -> float:
-    """Compile both chunk shapes of every config in ``req`` (startup, background thread); seconds spent."""
-    t0 = time.perf_counter()
-    chunk = CHUNK if req.task == "token reversal" else BANDIT_CHUNK
-    for _, cfg in req.configs:
-        program = program_for(cfg)
-        carry = program.init(list(req.seeds))
-        for n in sorted({1, min(chunk, req.total)}):
-            if not is_warm(cfg, len(req.seeds), n):
-                run_chunk(program, cfg, carry, 0, n, len(req.seeds))
-    return time.perf_counter() - t0
-
-
-KEEP = ("error", "test_error", "train_error", "grad_norm", "step_norm", "zero_var_frac", "success_mass",
-        "track_p", "track_q", "track_scores", "track_informative")
+    """:func:`tpo_core.stream.warm` of ``req`` (startup, background thread); seconds spent."""
+    return S.warm(req, _dataset_for(cfg for _, cfg in req.configs))
 
 
 def stream(req: Request, chunk: int | None = None) -> Iterator[dict]:
-    """Train every method of ``req`` interleaved; yield the history so far after each round.
-
-    History: ``{"done": int, "total": int, "seconds": float, "compiling": bool,
-    "metrics": {method: {name: array [S, done, ...]}}}``. The first yield (done = 0) comes before any
-    compute, so the UI can say what is happening.
-    """
-    chunk = chunk or (CHUNK if req.task == "token reversal" else BANDIT_CHUNK)
-    n_seeds = len(req.seeds)
-    t0 = time.perf_counter()
-    programs = {m: program_for(cfg) for m, cfg in req.configs}
-    plan = schedule(req.total, chunk)
-    cold = any(not is_warm(cfg, n_seeds, n) for _, cfg in req.configs for n in set(plan))
-    hist = {"done": 0, "total": req.total, "seconds": 0.0, "compiling": cold, "task": req.task,
-            "unit": req.unit, "seeds": req.seeds, "metrics": {m: {} for m, _ in req.configs},
-            "epochs": {m: getattr(cfg, "n_epochs", 1) for m, cfg in req.configs}}
-    yield hist
-    carries = {m: programs[m].init(list(req.seeds)) for m, _ in req.configs}  # init is jitted once per program
-    done = 0
-    for n in plan:
-        for m, cfg in req.configs:
-            carries[m], metrics = run_chunk(programs[m], cfg, carries[m], done, n, n_seeds)
-            store = hist["metrics"][m]
-            for k in KEEP:
-                if k in metrics:
-                    store[k] = metrics[k] if k not in store else np.concatenate([store[k], metrics[k]], axis=1)
-        done += n
-        hist = dict(hist, done=done, seconds=time.perf_counter() - t0, compiling=False)
-        yield hist
+    """:func:`tpo_core.stream.stream` of ``req``: every method interleaved, the history after each round."""
+    return S.stream(req, chunk, _dataset_for(cfg for _, cfg in req.configs))
 
 
 # --------------------------------------------------------------------------------------------
 # figures
 # --------------------------------------------------------------------------------------------
 def _x(hist, T):
-    if hist["task"] == "token reversal":
-        return np.arange(T)
-    return (np.arange(T) + 1) * BANDIT_EVAL_EVERY
+    f = family(hist)
+    return np.arange(T) if f.is_token else (np.arange(T) + 1) * f.block
 
 
 def _empty(title, note=""):
@@ -261,7 +152,7 @@ def _curves(hist, key, title, y_title, percent, log_y=False):
 
 
 def error_figure(hist):
-    if hist["task"] == "token reversal":
+    if family(hist).is_token:
         return _curves(hist, "error", "error of each episode's rollouts", "error", True)
     return _curves(hist, "test_error", "greedy test error", "test error", True)
 
@@ -270,7 +161,7 @@ def grad_figure(hist):
     """‖∇L‖ (solid) beside ‖Δθ‖ of the optimizer step (dashed), first epoch of each episode, log scale: TPO's
     gradient vanishes on all-fail groups and as p reaches q, but Muon/AdamW normalise the gradient, so the
     step does not vanish with it."""
-    title = ("first epoch: ‖∇L‖ (solid) and the step ‖Δθ‖ (dashed), log" if hist["task"] == "token reversal"
+    title = ("first epoch: ‖∇L‖ (solid) and the step ‖Δθ‖ (dashed), log" if family(hist).is_token
              else "‖∇L‖ (solid) and the Adam step ‖Δθ‖ (dashed), log")
     runs, colors = {}, {}
     for m, d in hist["metrics"].items():
@@ -291,7 +182,7 @@ def grad_figure(hist):
 
 
 def zero_var_figure(hist):
-    if hist["task"] != "token reversal":
+    if not family(hist).is_token:
         return _curves(hist, "train_error", "training error (sampled actions)", "train error", True)
     return _curves(hist, "zero_var_frac", "zero-variance groups (all fail/succeed)", "groups", True)
 
@@ -348,7 +239,7 @@ def _pq_subtitle(m, d, t, epochs):
 def status_markdown(hist, backend: str = "cpu") -> str:
     done, total = hist["done"], hist["total"]
     unit = hist["unit"]
-    scale = 1 if hist["task"] == "token reversal" else BANDIT_EVAL_EVERY
+    scale = family(hist).block
     head = f"**{done * scale} / {total * scale} {unit}s** · {hist['seconds']:.1f} s · backend {backend.upper()}"
     if done == 0:
         msg = ("compiling this configuration (once, then cached)…" if hist["compiling"]

@@ -11,6 +11,7 @@ import time
 
 import jax
 
+from tpo_core import train
 from tpo_core.runtime import enable_compile_cache
 
 from . import figures
@@ -101,15 +102,14 @@ def timed_run(program, seeds, n, points=None):
     t0 = time.perf_counter()
     compiled = program.chunk.lower(carry, 0, n, *program.data).compile()
     t1 = time.perf_counter()
-    carry, metrics = compiled(carry, 0, *program.data)
+    # the library's chunk loop (tpo_core.train.run_chunks) over one chunk, run by the program compiled above
+    [(carry, _, metrics)] = train.run_chunks(program, carry, [n], call=lambda c, s, _: compiled(c, s, *program.data))
     metrics = jax.block_until_ready(metrics)
     t2 = time.perf_counter()
     runs = len(seeds) * (len(points) if points else 1)
     print(f"compile {t1 - t0:.1f} s, run {t2 - t1:.1f} s ({runs} runs x {n} {program.unit})")
     metrics = jax.tree.map(np.asarray, metrics)
-    if points:
-        metrics = {k: v.reshape((len(points), len(seeds)) + v.shape[1:]) for k, v in metrics.items()}
-    return metrics
+    return train.by_point(metrics, len(points), len(seeds)) if points else metrics
 
 
 # A Colab T4 against the 2-core CPU that trained the committed results/: an ASSUMED ratio, not a measurement

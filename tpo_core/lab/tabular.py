@@ -41,11 +41,11 @@ gradient). All-equal groups (no arm correct, or all correct) contribute nothing.
 from __future__ import annotations
 
 import functools
-import numbers
 
 import jax
 import jax.numpy as jnp
 
+from tpo_core import checks
 from tpo_core import losses as L
 
 METHODS = ("ce", "tpo", "grpo", "dg")   # exact population updates
@@ -57,14 +57,8 @@ def _check_method(method, allowed=METHODS) -> None:
         raise ValueError(f"method must be one of {allowed}, got {method!r}")
 
 
-def _check_int(name, value, lo) -> None:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
-
-
-def _check_positive(name, value) -> None:
-    if isinstance(value, numbers.Number) and not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+_check_int = checks.integer               # the configs' rules (tpo_core.checks)
+_check_positive = checks.positive_if_number
 
 
 def tpo_lambda(n_arms: int, eta: float = 1.0):

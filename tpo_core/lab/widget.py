@@ -26,10 +26,12 @@ import sys
 import threading
 
 from tpo_core import methods as M
+from tpo_core.constants import TOKEN_REVERSAL
+from tpo_core.stream import family
 
 from . import figures, live
 
-DEFAULTS = dict(task="token reversal", methods=("tpo", "grpo"), reward="terminal", H=4, B=32, K=8, eta=1.0,
+DEFAULTS = dict(task=TOKEN_REVERSAL, methods=("tpo", "grpo"), reward="terminal", H=4, B=32, K=8, eta=1.0,
                 episodes=200, n_seeds=1, seed=0, bandit_steps=1000)
 FIGURES = ("error", "grad", "pq")
 UIREVISION = "tpo-live"   # plotly keeps the reader's zoom and legend clicks across the per-chunk redraws
@@ -58,8 +60,7 @@ def enable_colab_widgets() -> bool:
 
 
 def _method_options(task: str) -> list:
-    names = M.TOKEN_METHODS if task == "token reversal" else M.BANDIT_METHODS
-    return [(f"{M.REGISTRY[n].title} ({n})", n) for n in names]
+    return [(f"{M.REGISTRY[n].title} ({n})", n) for n in family(task).methods]
 
 
 def _html(markdown: str) -> str:
@@ -233,7 +234,7 @@ class LiveTraining:
         return fig
 
     def _on_task(self, change):
-        token = change["new"] == "token reversal"
+        token = family(change["new"]).is_token
         c = self._controls
         options = _method_options(change["new"])
         keep = tuple(m for m in c["methods"].value if m in {v for _, v in options})
@@ -364,7 +365,7 @@ class LiveTraining:
         for fig in figs:  # the book's renderer: text/html without plotly.js (the page loads it once)
             pio.show(fig, renderer=figures._BOOK_RENDERER)
         names = " and ".join(M.REGISTRY[m].title for m, _ in req.configs)
-        scale = 1 if req.task == "token reversal" else live.BANDIT_EVAL_EVERY
+        scale = req.family.block
         display(HTML(f"<p><em>A snapshot: {names}, {hist['done'] * scale} {req.unit}s of the {req.task} task, "
                      "trained by the same engine while this page was built. Run this cell in Jupyter or Colab "
                      "for the live widget (its controls, Train and Stop).</em></p>"))
@@ -373,7 +374,7 @@ class LiveTraining:
 def stopping_text(hist) -> str:
     where = ""
     if hist and hist.get("done"):
-        scale = 1 if hist["task"] == "token reversal" else live.BANDIT_EVAL_EVERY
+        scale = family(hist).block
         where = f" (at {hist['done'] * scale} / {hist['total'] * scale} {hist['unit']}s)"
     return f"**stopping** after the current chunk{where}…"
 
@@ -381,7 +382,7 @@ def stopping_text(hist) -> str:
 def stopped_text(hist) -> str:
     if not hist or not hist.get("done"):
         return "**stopped** before the first update: press **Train** to start a new run"
-    scale = 1 if hist["task"] == "token reversal" else live.BANDIT_EVAL_EVERY
+    scale = family(hist).block
     return (f"**stopped** at {hist['done'] * scale} / {hist['total'] * scale} {hist['unit']}s: the plots show "
             "the run so far; press **Train** to start a new run")
 

@@ -18,7 +18,7 @@ def preset_figure_html(summary: dict, runs, curves: dict) -> str:
     runs = list(runs)
     unique = len({r.method for r in runs}) == len(runs)
     colors = {r.key: color(r.method) if unique else PALETTE[i % len(PALETTE)] for i, r in enumerate(runs)}
-    bandit = bool(runs) and runs[0].kind == "bandit"
+    bandit = bool(runs) and not runs[0].family.is_token
     x = (np.arange(1, runs[0].length + 1) * runs[0].cfg.eval_every) if bandit else None
     fig = curves_figure({r.key: curves[r.key][r.primary] for r in runs}, colors=colors, x=x,
                         title=f"{summary['title']} — budget {summary['budget']} (seed mean ± 1 SE)",

@@ -16,6 +16,7 @@ import re
 from typing import Callable, Optional
 
 from tpo_core.config import BanditConfig, TokenConfig
+from tpo_core.stream import Family, family
 
 from . import experiments, reference, seedwise, stats
 from . import paper_numbers as P
@@ -44,8 +45,13 @@ class Run:
     seed_batch: Optional[int] = None  # train and store this many seeds at a time (resumable per seed); None: all
 
     @property
+    def family(self) -> Family:
+        """The task family of its config (:func:`tpo_core.stream.family`)."""
+        return family(self.cfg)
+
+    @property
     def kind(self) -> str:
-        return "bandit" if isinstance(self.cfg, BanditConfig) else "token"
+        return self.family.kind
 
     @property
     def label(self) -> dict:
@@ -58,7 +64,7 @@ class Run:
     @property
     def length(self) -> int:
         """Points on the curve: episodes, or evaluation blocks for the bandit."""
-        return self.cfg.steps // self.cfg.eval_every if self.kind == "bandit" else self.cfg.episodes
+        return self.cfg.episodes if self.family.is_token else self.cfg.steps // self.cfg.eval_every
 
     def _blob(self, **extra) -> str:
         return json.dumps(dict(kind=self.kind, config=dataclasses.asdict(self.cfg), **extra), sort_keys=True,
@@ -83,7 +89,7 @@ class Run:
     @property
     def primary(self) -> str:
         """The curve the preset is about."""
-        return "test_error" if self.kind == "bandit" else "error"
+        return self.family.error_key
 
 
 @dataclasses.dataclass(frozen=True)

@@ -99,7 +99,7 @@ def execute(runs: Sequence[Run], seeds: Sequence[int], dataset=None, chunk: Opti
     """Train ``runs`` (same ``cfg.static`` and length; their knobs may differ) for ``seeds`` as one program.
     Returns (curves [S, T] per metric for each run, info)."""
     cfg = runs[0].cfg
-    program = (train.make_bandit_program(cfg, dataset) if runs[0].kind == "bandit" else train.make_token_program(cfg))
+    program = (train.make_bandit_program(cfg, dataset) if not runs[0].family.is_token else train.make_token_program(cfg))
     n = runs[0].length
     size = train.chunk_plan(n, chunk if chunk else max(1, n // 20))
     padded = padded_seeds(seeds, jax.device_count())
@@ -233,7 +233,7 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
     log = log or (lambda msg: print(msg, file=sys.stderr))
     main = is_main_process()
     out = pathlib.Path(out) if out is not None else None
-    if dataset is None and any(r.kind == "bandit" for r in runs):
+    if dataset is None and any(not r.family.is_token for r in runs):
         from .. import mnist
         dataset = mnist.load()
     t_start = time.perf_counter()
@@ -250,7 +250,7 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
                     per_seed[(r.key, s)] = got
         else:
             got = load_run_file(out / r.filename, r.config_hash())
-            if got is not None and r.kind == "bandit" and got[1].get("data_source", dataset.source) != dataset.source:
+            if got is not None and not r.family.is_token and got[1].get("data_source", dataset.source) != dataset.source:
                 log(f"[{name}] {r.key}: {r.filename} was trained on other data ({got[1]['data_source']}), retraining")
                 got = None
             if got is not None:
@@ -273,13 +273,13 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
         if progress and main:
             from tqdm.auto import tqdm
             bar = tqdm(total=group[0].length, desc=f"{name} {i + 1}/{len(jobs)} {label} seeds {list(batch)}",
-                       unit="ep" if group[0].kind == "token" else "eval", dynamic_ncols=True, file=sys.stderr)
+                       unit="ep" if group[0].family.is_token else "eval", dynamic_ncols=True, file=sys.stderr)
         ckpt = None
         if out is not None:
             tag = hashlib.sha256(json.dumps([[r.seed_hash(s) for s in batch] for r in group]).encode()).hexdigest()[:16]
             ckpt = out / ".checkpoints" / f"{tag}.npz"
         curves, info = execute(group, batch, dataset, chunk, bar, ckpt, log)
-        if group[0].kind == "bandit":
+        if not group[0].family.is_token:
             info["data_source"] = dataset.source
         if bar is not None:
             bar.close()
