@@ -204,9 +204,10 @@ def run_build(toc: pathlib.Path | None, jobs: int = 1) -> tuple[int, list[str], 
     subset = ["--toc", str(toc)] if toc is not None else []
     if jobs > 1:
         # Jupyter Book's documented route to Sphinx's own options: its configuration as a conf.py, then sphinx-build
-        # (the conf.py is this build's, removed after it)
+        # (the conf.py is this build's, removed after it). -E: a fresh environment, so that every page is read, and
+        # so executed, at every build, as `jupyter-book build` does (it never reuses a saved environment)
         subprocess.run([jupyter_book, "config", "sphinx", ".", *subset], cwd=ROOT, check=True, capture_output=True)
-        cmd = [sys.executable, "-m", "book.jb_parallel", str(jobs), "-b", "html", "-a", "-W", "-n", "--keep-going",
+        cmd = [sys.executable, "-m", "book.jb_parallel", str(jobs), "-b", "html", "-a", "-E", "-W", "-n", "--keep-going",
                "-d", str(BUILD / ".doctrees"), ".", str(HTML)]
     else:
         cmd = [jupyter_book, "build", ".", "--all", "-W", "-n", "--keep-going", *subset]
