@@ -15,21 +15,21 @@ import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is imported
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import collections  # noqa: E402
-import itertools  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
+import argparse
+import asyncio
+import collections
+import itertools
+import threading
+import time
 
-import gradio as gr  # noqa: E402
+import gradio as gr
 
-from tpo_core import methods as M  # noqa: E402
+from tpo_core import methods as M
 
-from . import explorer as X  # noqa: E402
-from . import paper  # noqa: E402
-from . import training as T  # noqa: E402
-from .explorer import InputError  # noqa: E402
+from . import explorer as X
+from . import paper
+from . import training as T
+from .explorer import InputError
 
 EXPLORER_CONCURRENCY = 8
 TRAINING_CONCURRENCY = 2
@@ -388,7 +388,7 @@ def build_app() -> gr.Blocks:
             task.change(on_task_change, inputs=task,
                         outputs=[methods, reward, h, tk, b, episodes, steps, pq_plot, episode, explain, zero_plot],
                         api_visibility="private", show_progress="hidden")
-            run = start.click(train, inputs=[task, methods, reward, h, b, tk, teta, episodes, n_seeds, tseed, steps],
+            start.click(train, inputs=[task, methods, reward, h, b, tk, teta, episodes, n_seeds, tseed, steps],
                               outputs=[status, err_plot, grad_plot, zero_plot, pq_plot, hist_state, episode],
                               api_name="train", concurrency_limit=TRAINING_CONCURRENCY, concurrency_id="training",
                               show_progress="minimal", show_progress_on=[status],

@@ -11,11 +11,43 @@ from tpo_core import methods as M  # noqa: F401
 from tpo_core import runtime  # noqa: F401
 from tpo_core.config import BanditConfig, TokenConfig  # noqa: F401
 from tpo_core.lab.live import (  # noqa: F401
-    BANDIT_CHUNK, BANDIT_EVAL_EVERY, CHUNK, H_MAX, H_MIN, KEEP, MAX_B, MAX_BANDIT_STEPS,
-    MAX_EPISODES, MAX_METHODS, MAX_SEEDS, MAX_TRAIN_K, REWARDS, TASKS, Request, _compiled, _curves, _empty,
-    _guard, _locks, _pq_subtitle, _x, error_figure, figures, grad_figure, is_warm,
-    mnist_dataset, pq_figure, program_for, run_chunk, schedule, status_markdown, stream, validate, warm,
-    zero_var_figure)
+    BANDIT_CHUNK,
+    BANDIT_EVAL_EVERY,
+    CHUNK,
+    H_MAX,
+    H_MIN,
+    KEEP,
+    MAX_B,
+    MAX_BANDIT_STEPS,
+    MAX_EPISODES,
+    MAX_METHODS,
+    MAX_SEEDS,
+    MAX_TRAIN_K,
+    REWARDS,
+    TASKS,
+    Request,
+    _compiled,
+    _curves,
+    _empty,
+    _guard,
+    _locks,
+    _pq_subtitle,
+    _x,
+    error_figure,
+    figures,
+    grad_figure,
+    is_warm,
+    mnist_dataset,
+    pq_figure,
+    program_for,
+    run_chunk,
+    schedule,
+    status_markdown,
+    stream,
+    validate,
+    warm,
+    zero_var_figure,
+)
 
 from .explorer import InputError, check_int  # noqa: F401  (the same classes as tpo_core.lab.explorer's)
 
