@@ -26,9 +26,9 @@ demo: venv  ## the Gradio app on http://127.0.0.1:7860
 train: venv  ## a short live training run from the CLI
 	$(BIN)/python -m tpo_core train --task reversal --reward terminal --method tpo --H 6 --episodes 200 --seeds 2
 
-# pytest-xdist: two worker processes on 2 cores (up to four on more), one unit of work per test file, the longest
-# groups first (tests/conftest.py says why and how).
-PYTEST_SUITE := $(BIN)/python -m pytest -n auto --dist loadscope --no-loadscope-reorder -p no:cacheprovider \
+# pytest-xdist: two worker processes on 2 cores (up to four on more), one unit of work per test file, queued in
+# collection order, which puts the longest files first (tests/schedule.py says why and how).
+PYTEST_SUITE := $(BIN)/python -m pytest -n auto --dist loadfile --no-loadscope-reorder -p no:cacheprovider \
 	--timeout 1800 --durations 25 -q -rs
 
 test: venv  ## the whole test suite

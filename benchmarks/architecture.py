@@ -94,7 +94,7 @@ def floors(nodes, arrows) -> int:
     groups = components(nodes, arrows)
     where = {n: i for i, g in enumerate(groups) for n in g}
     depth = {}
-    for i, g in enumerate(groups):                      # reverse topological: what a group imports comes first
+    for i in range(len(groups)):                        # reverse topological: what a group imports comes first
         below = [depth[where[b]] for a, b in arrows if where.get(a) == i and where.get(b) != i and b in where]
         depth[i] = 1 + max(below, default=0)
     return max(depth.values(), default=0)

@@ -14,8 +14,9 @@ Steps:
    fetched from any other host;
 3. every chapter's Colab notebook must be in sync (``python -m book.sync --check``);
 4. ``jupyter-book build . --all -W -n --keep-going`` from the repository root (output ``_build/``),
-   log in ``_build/build.log``; with ``--jobs N`` > 1 (default: one per core, at most 4) through
-   ``book/jb_parallel.py``, which executes N pages at a time, slowest first;
+   log in ``_build/build.log``; with ``--jobs N`` > 1 (default: one per core, at most 4) the same configuration
+   (``jupyter-book config sphinx .``) built by Sphinx with N worker processes (``book/jb_parallel.py``), which
+   executes N pages at a time, slowest first;
 5. the HTML is scanned: every toc page exists, no executed cell shows a traceback or an error,
    plotly.js and MathJax come from ``_static`` (no CDN), and the warning count is zero.
 
@@ -44,6 +45,7 @@ MATHJAX_DIR = BOOK / "_mathjax"
 MATHJAX_FILE = "tex-svg.js"
 MATHJAX_NPM = "mathjax@3.2.2"
 STAMP = BUILD / "tpo_build.json"  # what the last build did (read by tests/book_helpers.py)
+CONF_PY = ROOT / "conf.py"  # `jupyter-book config sphinx .` writes it for a parallel build (gitignored)
 
 # <script src> URLs of plotly or MathJax on another host: the pages must load both from _static.
 CDN_PATTERN = re.compile(r"""<script[^>]+src=["'](?:https?:)?//[^"']*(?:plotly|mathjax)[^"']*["']""", re.I)
@@ -194,32 +196,42 @@ def default_jobs() -> int:
 
 
 def run_build(toc: pathlib.Path | None, jobs: int = 1) -> tuple[int, list[str], dict[str, float]]:
-    """Run Jupyter Book (through book/jb_parallel.py when jobs > 1); return its exit status, the warning lines and
-    each executed page's execution time in seconds (from myst-nb's log lines)."""
+    """Run the build (``jupyter-book build``, or with jobs > 1 Sphinx's parallel build of the same configuration
+    through book/jb_parallel.py); return its exit status, the warning lines and each executed page's execution time
+    in seconds (from myst-nb's log lines)."""
+    jupyter_book = pathlib.Path(sys.executable).with_name("jupyter-book")
+    jupyter_book = str(jupyter_book) if jupyter_book.exists() else "jupyter-book"
+    subset = ["--toc", str(toc)] if toc is not None else []
     if jobs > 1:
-        cmd = [sys.executable, "-m", "book.jb_parallel", str(jobs)]
+        # Jupyter Book's documented route to Sphinx's own options: its configuration as a conf.py, then sphinx-build
+        # (the conf.py is this build's, removed after it). -E: a fresh environment, so that every page is read, and
+        # so executed, at every build, as `jupyter-book build` does (it never reuses a saved environment)
+        subprocess.run([jupyter_book, "config", "sphinx", ".", *subset], cwd=ROOT, check=True, capture_output=True)
+        cmd = [sys.executable, "-m", "book.jb_parallel", str(jobs), "-b", "html", "-a", "-E", "-W", "-n", "--keep-going",
+               "-d", str(BUILD / ".doctrees"), ".", str(HTML)]
     else:
-        exe = pathlib.Path(sys.executable).with_name("jupyter-book")
-        cmd = [str(exe) if exe.exists() else "jupyter-book"]
-    cmd += ["build", ".", "--all", "-W", "-n", "--keep-going"]
+        cmd = [jupyter_book, "build", ".", "--all", "-W", "-n", "--keep-going", *subset]
     if toc is not None:  # a subset: links to the pages left out are expected to dangle (checked below)
-        cmd = [c for c in cmd if c != "-W"] + ["--toc", str(toc)]
+        cmd = [c for c in cmd if c != "-W"]
     log(" ".join(cmd))
     BUILD.mkdir(exist_ok=True)
     warnings, executed = [], {}
-    with open(BUILD / "build.log", "w", encoding="utf-8") as logfile:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                bufsize=1, env=os.environ)
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            logfile.write(line)
-            clean = ANSI_RE.sub("", line).rstrip()
-            if WARNING_RE.search(clean):
-                warnings.append(clean)
-            if m := EXECUTED_RE.search(clean):
-                page = pathlib.Path(m.group(1)).resolve()
-                executed[page.relative_to(ROOT).as_posix() if page.is_relative_to(ROOT) else str(page)] = float(m.group(2))
-        rc = proc.wait()
+    try:
+        with open(BUILD / "build.log", "w", encoding="utf-8") as logfile:
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    bufsize=1, env=os.environ)
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                logfile.write(line)
+                clean = ANSI_RE.sub("", line).rstrip()
+                if WARNING_RE.search(clean):
+                    warnings.append(clean)
+                if m := EXECUTED_RE.search(clean):
+                    page = pathlib.Path(m.group(1)).resolve()
+                    executed[page.relative_to(ROOT).as_posix() if page.is_relative_to(ROOT) else str(page)] = float(m.group(2))
+            rc = proc.wait()
+    finally:
+        CONF_PY.unlink(missing_ok=True)
     return rc, warnings, executed
 
 

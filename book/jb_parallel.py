@@ -1,41 +1,50 @@
-"""``jupyter-book build`` with its pages executed N at a time (``python -m book.jb_parallel N <jupyter-book args>``).
+"""Sphinx's parallel build of the book, its pages executed N at a time (``python -m book.jb_parallel N <sphinx-build
+arguments>``), and the small Sphinx extension the book's configuration loads for it (``sphinx: local_extensions`` in
+``_config.yml``).
 
-Jupyter Book v1's command line always builds with one Sphinx process, so the chapters' notebooks run one after
-another; the build takes as long as all of them together. Sphinx itself can read (and so execute, in myst-nb)
-documents in forked worker processes, and every extension this book uses declares itself parallel-read safe.
-This wrapper does four things, then hands over to Jupyter Book's own command line unchanged:
+Jupyter Book v1's command line always builds with one Sphinx process, so the chapters' notebooks would run one after
+another (it has no ``-j``: https://github.com/jupyter-book/jupyter-book/issues/1735). Its documented way to use
+Sphinx's own options is to build with Sphinx: ``jupyter-book config sphinx .`` writes the book's configuration as a
+``conf.py``, and ``sphinx-build -j N`` reads documents (and so, in myst-nb, executes notebooks) in N forked worker
+processes. ``python -m book.build`` does both (it writes the ``conf.py`` for the build and removes it after).
+What the parallel read needs beyond that, and how:
 
-1. passes ``jobs=N`` to ``jupyter_book.sphinx.build_sphinx`` (which accepts it; the command line never sets it);
-2. replaces Sphinx's batching of documents (contiguous chunks of up to 10 in name order, so one worker could get
-   every long chapter) by one document per task, started slowest first (:data:`SLOWEST_FIRST`), so that N
-   workers take the next page as soon as they finish one (longest-processing-time-first scheduling);
-3. declares the two extensions Jupyter Book loads that do not say whether they are parallel safe (Sphinx then
-   warns and reads serially) safe, as they are:
+1. every extension must declare itself parallel safe, or Sphinx warns and reads serially. All of this book's do, but
+   for two that Jupyter Book adds:
 
-   - ``sphinx_multitoc_numbering`` 0.1.3 only replaces ``TocTreeCollector.assign_section_numbers``, which runs
-     in the main process after the workers' environments are merged (and numbers nothing in this book, whose
-     toc is not ``numbered``);
-   - ``sphinx_jupyterbook_latex`` 1.0.0 keeps no state in the build environment: its read-time transforms
-     annotate each document's own toctree nodes (pickled with that doctree) and the rest acts for LaTeX
-     builders only;
+   - ``sphinx_jupyterbook_latex`` acts for LaTeX builds only, and the book builds HTML: ``_config.yml`` turns it
+     off (``latex.use_jupyterbook_latex: false``), Jupyter Book's own setting;
+   - ``sphinx_multitoc_numbering`` 0.1.3 cannot be turned off (sphinx_external_toc 1.1.0 loads it whatever the
+     configuration says: https://github.com/executablebooks/sphinx-external-toc/issues/115) and Sphinx has no
+     option to declare another extension's safety, so :func:`setup` marks its record in ``app.extensions`` (the
+     one patch of Sphinx's state here; open upstream:
+     https://github.com/executablebooks/sphinx-multitoc-numbering/issues/27). It is safe: it only replaces
+     ``TocTreeCollector.assign_section_numbers``, which runs in the main process after the workers' environments
+     are merged (and numbers nothing in this book, whose toc is not ``numbered``);
+2. every domain must merge the data of the workers' environments (``Domain.merge_domaindata``); sphinx_proof's
+   domain does not implement it. :func:`setup` registers a subclass that does, through Sphinx's public
+   ``app.add_domain(..., override=True)``: sphinx_proof keeps nothing in its domain data (its proofs live in
+   ``env.proof_list``, which its own ``env-merge-info`` handler merges), so there is nothing to merge;
+3. Sphinx cuts the documents into contiguous chunks of up to 10 in name order, one chunk per worker task, so one
+   worker can get every long chapter, and there is no option to change that (open upstream:
+   https://github.com/sphinx-doc/sphinx/issues/6330, a queue for parallel reads). This is the other patch:
+   :func:`main` replaces ``sphinx.builders.make_chunks`` by :func:`one_per_task`, one document per task, started
+   slowest first (:data:`SLOWEST_FIRST`), so that each worker takes the next page as soon as it finishes one
+   (longest-processing-time-first scheduling). tests/test_book_sync.py runs it through Sphinx's own
+   ``ParallelTasks``, so a Sphinx that schedules tasks differently fails there, not silently.
 
-   and gives ``sphinx_proof``'s domain (0.2.x, declared safe) the ``merge_domaindata`` that Sphinx requires of
-   every domain in a parallel read and that it lacks: it keeps nothing in its domain data (its proofs live in
-   ``env.proof_list``, which its own ``env-merge-info`` handler merges), so there is nothing to merge.
-
-Each page still runs in its own fresh kernel exactly as in a serial build; only the order and the overlap
-change. Pages do not share state (each glues only its own values), so the output is the same: the HTML of a
-serial and a 2-worker build of the same pages differed only in plotly's random figure ids when compared.
+Each page still runs in its own fresh kernel exactly as in a serial build; only the order and the overlap change.
+Pages do not share state (each glues only its own values), so the output is the same as ``jupyter-book build``'s
+(``python -m book.build --jobs 1``): the HTML of the two differs only in plotly's random figure ids.
 """
 from __future__ import annotations
 
-import functools
 import pathlib
 import sys
 
-# The pages whose execution takes longest in a quick build, slowest first (measured: ch. 8 ≈ 590 s, ch. 6 ≈ 550,
-# ch. 3 ≈ 420, ch. 5 ≈ 370, ch. 4 ≈ 200, ch. 7 ≈ 160 on this 2-core host). Pages not listed follow in name
-# order. A stale list only makes the schedule less even, never the build wrong.
+# The pages whose execution takes longest in a quick build, slowest first: the order of the "executed <page> in N s"
+# lines that `python -m book.build` logs (also `executed_s` in _build/tpo_build.json). Pages not listed follow in
+# name order. A stale list only makes the schedule less even, never the build wrong.
 SLOWEST_FIRST = ("08_", "06_", "03_", "05_", "04_", "07_", "03c_", "03b_", "11_", "09_", "10_", "cheatsheet")
 
 
@@ -57,11 +66,23 @@ def one_per_task(arguments, nproc, maxbatch=10):  # the signature of sphinx.util
     return wanted[:nproc] + wanted[nproc:][::-1]
 
 
-def declared_parallel_safe(setup):
-    @functools.wraps(setup)
-    def wrapped(app):
-        return {**(setup(app) or {}), "parallel_read_safe": True, "parallel_write_safe": True}
-    return wrapped
+def setup(app):
+    """The Sphinx extension (``sphinx: local_extensions`` in _config.yml): what a parallel read needs of the others."""
+    from sphinx_proof.domain import ProofDomain
+
+    app.setup_extension("sphinx_proof")
+    app.setup_extension("sphinx_multitoc_numbering")
+    multitoc = app.extensions["sphinx_multitoc_numbering"]
+    if multitoc.parallel_read_safe is None:  # undeclared (not: declared unsafe); parallel writing defaults to safe
+        multitoc.parallel_read_safe = True
+
+    class MergeableProofDomain(ProofDomain):
+        def merge_domaindata(self, docnames, otherdata):
+            """Nothing to merge: the proofs live in ``env.proof_list``, merged by sphinx_proof's own handler."""
+
+    if "merge_domaindata" not in vars(ProofDomain):  # a sphinx_proof that merges needs nothing from here
+        app.add_domain(MergeableProofDomain, override=True)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
 def main(argv: list[str]) -> int:
@@ -70,21 +91,11 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     jobs, rest = int(argv[0]), argv[1:]
-    import jupyter_book.sphinx
     import sphinx.builders
-    from jupyter_book.cli.main import main as jupyter_book_main
+    from sphinx.cmd.build import main as sphinx_build
 
-    import sphinx_jupyterbook_latex
-    import sphinx_proof.domain
-    import sphinx_multitoc_numbering
-
-    jupyter_book.sphinx.build_sphinx = functools.partial(jupyter_book.sphinx.build_sphinx, jobs=jobs)
     sphinx.builders.make_chunks = one_per_task
-    for ext in (sphinx_multitoc_numbering, sphinx_jupyterbook_latex):
-        ext.setup = declared_parallel_safe(ext.setup)
-    if "merge_domaindata" not in vars(sphinx_proof.domain.ProofDomain):
-        sphinx_proof.domain.ProofDomain.merge_domaindata = lambda self, docnames, otherdata: None
-    return jupyter_book_main(args=rest, prog_name="jupyter-book", standalone_mode=False) or 0
+    return sphinx_build(["--jobs", str(jobs), *rest])
 
 
 if __name__ == "__main__":

@@ -174,7 +174,6 @@ def plain_markdown(text: str, book_dir: pathlib.Path | None = None) -> str:
                 i += 1
                 continue
             if name == "exercise-start":
-                label = arg or "exercise"
                 out.append(quote + "**Exercise.**")
             elif name == "solution-start":
                 out.append(quote + "**Solution** (the code cells below; in Colab, click to show them).")
@@ -304,7 +303,7 @@ def problems(md_path: pathlib.Path) -> list[str]:
         return [f"{nb_path.name} is missing"]
     try:
         nb = jupytext.read(nb_path)
-    except Exception as exc:  # noqa: BLE001 - a broken notebook is a stale pair
+    except Exception as exc:  # a broken notebook is a stale pair
         return [f"{nb_path.name} cannot be read: {exc}"]
     found = []
     root = md_path.resolve().parent.parent

@@ -15,19 +15,19 @@ import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is imported
 
-import argparse  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
+import argparse
+import threading
+import time
 
-import gradio as gr  # noqa: E402
+import gradio as gr
 
-from tpo_core import methods as M  # noqa: E402
+from tpo_core import methods as M
 
-from . import explorer as X  # noqa: E402
-from . import paper  # noqa: E402
-from . import training as T  # noqa: E402
-from .inputs import InputError, check_int  # noqa: E402
-from .stop import StopBoard  # noqa: E402
+from . import explorer as X
+from . import paper
+from . import training as T
+from .inputs import InputError, check_int
+from .stop import StopBoard
 
 EXPLORER_CONCURRENCY = 8
 TRAINING_CONCURRENCY = 2
@@ -321,7 +321,7 @@ def _training_tab():
         task.change(on_task_change, inputs=task,
                     outputs=[methods, reward, h, tk, b, episodes, steps, pq_plot, episode, explain, zero_plot],
                     api_visibility="private", show_progress="hidden")
-        run = start.click(train_stream, inputs=[task, methods, reward, h, b, tk, teta, episodes, n_seeds, tseed, steps],
+        start.click(train_stream, inputs=[task, methods, reward, h, b, tk, teta, episodes, n_seeds, tseed, steps],
                           outputs=[status, err_plot, grad_plot, zero_plot, pq_plot, hist_state, episode],
                           api_name="train", concurrency_limit=TRAINING_CONCURRENCY, concurrency_id="training",
                           show_progress="minimal", show_progress_on=[status],

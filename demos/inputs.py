@@ -8,8 +8,8 @@ from __future__ import annotations
 import functools
 
 from tpo_core import checks
-from tpo_core.lab import live
 from tpo_core.constants import MAX_ETA
+from tpo_core.lab import live
 
 
 class InputError(ValueError):

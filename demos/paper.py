@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
 from tpo_core.lab import report
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 PAPER_TABLES = report.paper_tables_markdown()
 

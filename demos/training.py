@@ -13,11 +13,39 @@ from tpo_core import runtime  # noqa: F401
 from tpo_core.config import BanditConfig, TokenConfig  # noqa: F401
 from tpo_core.constants import MNIST_BANDIT, TOKEN_REVERSAL
 from tpo_core.lab.live import (  # noqa: F401
-    H_MAX, H_MIN, MAX_B, MAX_BANDIT_STEPS, MAX_EPISODES, MAX_METHODS, MAX_SEEDS, MAX_TRAIN_K, REWARDS, TASKS,
-    error_figure, figures, grad_figure, mnist_dataset, pq_figure, program_for, status_markdown, stream, warm,
-    zero_var_figure)
+    H_MAX,
+    H_MIN,
+    MAX_B,
+    MAX_BANDIT_STEPS,
+    MAX_EPISODES,
+    MAX_METHODS,
+    MAX_SEEDS,
+    MAX_TRAIN_K,
+    REWARDS,
+    TASKS,
+    error_figure,
+    figures,
+    grad_figure,
+    mnist_dataset,
+    pq_figure,
+    program_for,
+    status_markdown,
+    stream,
+    warm,
+    zero_var_figure,
+)
 from tpo_core.stream import (  # noqa: F401
-    BANDIT_CHUNK, BANDIT_EVAL_EVERY, CHUNK, FAMILIES, KEEP, Request, family, is_warm, run_chunk, schedule)
+    BANDIT_CHUNK,
+    BANDIT_EVAL_EVERY,
+    CHUNK,
+    FAMILIES,
+    KEEP,
+    Request,
+    family,
+    is_warm,
+    run_chunk,
+    schedule,
+)
 
 from .inputs import InputError, validate  # noqa: F401  (the engine's validate, its ValueError as InputError)
 

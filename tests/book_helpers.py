@@ -1,4 +1,4 @@
-"""The built book, shared by tests/test_book_build.py and tests/test_book_browser.py.
+"""The built book, shared by the build's and the browser's tests of tests/test_book.py.
 
 ``ensure_built()`` runs ``python -m book.build`` (the whole book, quick mode) once per test session
 unless ``_build/`` already holds a successful full build newer than every input of the book
@@ -23,7 +23,9 @@ from tests.conftest import FAST_COMPILE
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 STAMP = ROOT / "_build" / "tpo_build.json"
-BUILD_TIMEOUT_S = 3600  # the quick build took ~13 min idle with 14 pages and far longer on a loaded machine; CI allows 90 min
+# A bound for a build that hangs (a kernel that never answers), not an estimate: the stamp records what each build
+# took (`seconds`, and each page's `executed_s`), and the build's test prints it.
+BUILD_TIMEOUT_S = 3600
 
 _result: dict | None = None
 _error: str | None = None

@@ -16,11 +16,11 @@ if not os.environ.get("TPO_REFERENCE_NPZ") and SHARED_REFERENCE.is_file():  # th
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 # Fast compiles, set once here before jax is imported: the tests train tiny models for a few episodes, so their
-# time is XLA compilation. Measured on the presets' smoke TPO program (2026-12-01, 2-core CPU, idle): 17.7 s to
-# compile with XLA's defaults, 11.2 s with LLVM at O0, 5.1-5.3 s with O0 and the classic (non-MLIR) CPU fusion
-# emitters; the run stays ~10 ms per episode. The book build (a subprocess, tests/book_helpers.py) removes these
-# flags: its cells time real runs, and at the book's model size neither flag compiles faster (22 s default,
-# 23 s without the new emitters, and their programs ran 1.5x slower).
+# time is XLA compilation, not the runs. LLVM at -O0 and the classic (non-MLIR) CPU fusion emitters shorten each
+# compile, and at these model sizes the programs still run in milliseconds per episode; TPO_TEST_XLA_OPT=default
+# keeps XLA's defaults (to compare, or to test the default compiler). The book build (a subprocess,
+# tests/book_helpers.py) removes both flags: its cells time real runs at the book's model size, where the
+# programs must run as fast as XLA makes them and where the flags do not make the compiles shorter.
 FAST_COMPILE = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
 if os.environ.get("TPO_TEST_XLA_OPT") != "default":
     _flags = os.environ.get("XLA_FLAGS", "").split()
@@ -41,43 +41,7 @@ from tpo_core import runtime  # noqa: E402
 
 runtime.enable_compile_cache()
 
-
-# -- the suite's schedule (pytest-xdist, `make test`) -------------------------------------------------------------
-# `make test` runs `pytest -n auto --dist loadscope --no-loadscope-reorder` with the scheduler below: every test file
-# is one unit of work (one worker runs the whole file, so module fixtures such as a served demo start once), the two
-# book files are one unit (one build, then the Chromium pass over it), and the units are queued longest first, so
-# the book's job starts at once and the other files fill the second worker beside it. (xdist's own
-# `--dist loadgroup` would express the same groups with marks, but with pytest 9.2 it silently stops grouping:
-# pytest-dev/pytest-xdist#1386.)
-SLOWEST_FIRST = ("book", "test_reproduce", "test_train", "test_colab", "test_bridge_torch_ops", "test_bridge_trl")
-BOOK_FILES = ("test_book_build", "test_book_browser")
-
-
-def group_of(path: pathlib.Path) -> str:
-    return "book" if path.stem in BOOK_FILES else path.stem
-
-
-def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: two workers on a 2-core machine (the book's job beside the rest), one per core up to four."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-    return max(2, min(4, cores))
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """xdist's scope scheduler with a test file (or the book) as the scope, instead of its module/class rule."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class FileGroups(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return group_of(pathlib.Path(nodeid.split("::", 1)[0]))
-
-    return FileGroups(config, log)
-
-
-def pytest_collection_modifyitems(config, items):
-    """Longest groups first, each file's tests together and in order (book: the build's file, then Chromium's)."""
-    rank = {g: i for i, g in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda it: (rank.get(group_of(it.path), len(rank)), it.path.stem != "test_book_build"))
+pytest_plugins = ("tests.schedule",)  # the xdist schedule of `make test` (tests/schedule.py)
 
 
 def pytest_sessionstart(session):
@@ -95,7 +59,7 @@ def pytest_unconfigure(config):
 @pytest.fixture(autouse=True)
 def _stay_below_the_memory_map_limit():
     """Free compiled programs between tests once the process holds half of vm.max_map_count (every XLA CPU
-    program holds ~1k memory maps; a long pytest process otherwise crashes in a later compile)."""
+    program holds memory maps of its own; a long pytest process otherwise crashes in a later compile)."""
     yield
     runtime.release_compiled()
 

@@ -244,7 +244,7 @@ def _prepare(steps):
         try:
             STEPS[step]()
             print(f"{step}: ready after {time.perf_counter() - t0:.0f} s", flush=True)
-        except BaseException as e:  # noqa: BLE001 - pytest.skip/fail raise BaseExceptions; the tests report them
+        except BaseException as e:  # pytest.skip/fail raise BaseExceptions; the tests report them
             print(f"{step}: not built ({type(e).__name__}: {str(e)[-2000:]})", flush=True)
 
 

@@ -437,14 +437,56 @@ def test_parallel_build_starts_one_page_per_task_slowest_first(tmp_path, nproc):
     assert sorted(started[:nproc]) == sorted(wanted[:nproc]) and started[nproc:] == wanted[nproc:]
 
 
-def test_parallel_build_declares_undeclared_extensions_safe_and_keeps_what_they_return():
+def _proof_project(where: pathlib.Path, extensions: list[str]) -> pathlib.Path:
+    """A Sphinx project of seven pages, each with a sphinx_proof theorem that page 1's theorem is referenced from."""
+    src = where / "src"
+    src.mkdir()
+    (src / "conf.py").write_text(f"extensions = {extensions!r}\n")
+    (src / "index.rst").write_text("Index\n=====\n\n.. toctree::\n\n" + "".join(f"   p{i}\n" for i in range(1, 7)))
+    for i in range(1, 7):
+        (src / f"p{i}.rst").write_text(f"Page {i}\n======\n\n.. prf:theorem:: T{i}\n   :label: thm-{i}\n\n"
+                                       f"   Text {i}.\n\nSee :prf:ref:`thm-1`.\n")
+    return src
+
+
+def _sphinx_parallel(src: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "book.jb_parallel", "2", "-b", "html", "-a", "-W", "-n", str(src),
+                           str(src.parent / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def test_parallel_build_reads_proofs_in_parallel_one_page_per_task_with_the_book_extension(tmp_path):
+    """sphinx-build -j 2 through book/jb_parallel.py: with its extension, sphinx_proof's pages are read in parallel
+    (one task per page, in one_per_task's order, not the serial name order), cross-page proof references resolve,
+    and nothing warns under -W -n (sphinx_multitoc_numbering, which the extension loads, declared safe); without it,
+    the parallel read of the same pages fails (sphinx_proof's domain cannot merge)."""
     from book import jb_parallel
 
-    calls = []
-    wrapped = jb_parallel.declared_parallel_safe(lambda app: calls.append(app) or {"version": "9"})
-    assert wrapped("app") == {"version": "9", "parallel_read_safe": True, "parallel_write_safe": True}
-    assert calls == ["app"]  # the extension's own setup still runs
-    assert jb_parallel.declared_parallel_safe(lambda app: None)("app")["parallel_read_safe"] is True
+    src = _proof_project(tmp_path, ["sphinx_proof", "book.jb_parallel"])
+    proc = _sphinx_parallel(src)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    read = re.findall(r"reading sources\.\.\. \[ *\d+%\] (\S+)", proc.stdout)
+    docs = ["index"] + [f"p{i}" for i in range(1, 7)]
+    assert read == [c[0] for c in jb_parallel.one_per_task(docs, 2)] != docs
+    assert "WARNING" not in proc.stderr
+    for i in range(2, 7):
+        assert 'href="p1.html#thm-1"' in (tmp_path / "out" / f"p{i}.html").read_text(encoding="utf-8")
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert _sphinx_parallel(_proof_project(bare, ["sphinx_proof"])).returncode != 0
+
+
+def test_the_book_config_loads_the_parallel_extension_and_no_latex_extension(tmp_path):
+    """What `jupyter-book config sphinx` makes of _config.yml (the conf.py of a parallel build)."""
+    shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
+    exe = pathlib.Path(sys.executable).with_name("jupyter-book")
+    subprocess.run([str(exe), "config", "sphinx", ".", "--config", str(tmp_path / "_config.yml")], cwd=ROOT,
+                   check=True, capture_output=True, timeout=300)
+    conf: dict = {}
+    exec((tmp_path / "conf.py").read_text(), conf)
+    assert "book.jb_parallel" in conf["extensions"] and "sphinx_proof" in conf["extensions"]
+    assert "sphinx_jupyterbook_latex" not in conf["extensions"]
 
 
 @pytest.mark.parametrize("argv", [[], ["0"], ["two", "build", "."]])

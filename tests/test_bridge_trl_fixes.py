@@ -105,7 +105,7 @@ def test_all_masked_rows_leave_the_group_softmax(tmp_path, mode):
     else:                                    # per-row weights K (q − p_old): zero on masked rows, closed form else
         w = inputs["tpo_weights"].numpy()
         assert np.all(w[masked] == 0.0)
-        for g, i in zip(groups, kept):
+        for _, i in zip(groups, kept):
             q, p_old, _ = _np_tpo(ell_sum[i], ell_sum[i], scores[i], 1.0)
             np.testing.assert_allclose(w[i], k * (q - p_old), rtol=1e-6, atol=1e-9)
     # the op-level statement: adding an all-masked row changes no other q and gets none of it

@@ -481,8 +481,7 @@ def test_route_b_guard_raises_on_a_row_shuffled_micro_batch():
 def test_old_log_prob_passthrough_feeds_verl_compute_advantage():
     from verl import DataProto
     from verl.trainer.ppo import ray_trainer
-
-    from verl.trainer.ppo.v1 import utils as v1_utils                       # the default trainer (use_v1=true)
+    from verl.trainer.ppo.v1 import utils as v1_utils  # the default trainer (use_v1=true)
 
     assert getattr(ray_trainer.compute_advantage, "_tpo_passthrough", False), "plugin did not patch ray_trainer"
     assert v1_utils.compute_advantage is ray_trainer.compute_advantage      # v1 binds the patched function

@@ -48,7 +48,7 @@ def run(*args, timeout=600):
 def test_bad_input_exits_2_with_one_line(args, needle):
     r = run(*args)
     assert r.returncode == 2, r.stderr
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert needle in lines[0]
 

@@ -51,7 +51,7 @@ def test_refill_loss_is_tpo_on_exactly_the_informative_groups(n_informative):
     expected = ce[:n_informative].mean() if n_informative else 0.0
     np.testing.assert_allclose(loss, expected, rtol=1e-5, atol=1e-6)
     # the gradient: (p - q)/n on the informative rows, exactly zero on the filler
-    g = np.asarray(jax.grad(lambda l: methods.get("tpo_refill").loss(dict(b, logp=l), hp))(b["logp"]))
+    g = np.asarray(jax.grad(lambda lp: methods.get("tpo_refill").loss(dict(b, logp=lp), hp))(b["logp"]))
     sel = np.asarray(idx)
     p = np.exp(logp[sel]) / np.exp(logp[sel]).sum(-1, keepdims=True)
     lp_old = logp_old[sel] - np.log(np.exp(logp_old[sel]).sum(-1, keepdims=True))

@@ -105,9 +105,9 @@ def test_slider_and_live_training(server, page, screenshots_dir):
     try:
         page.wait_for_function("() => document.querySelector('#train-status').innerText.includes('stopped')",
                                timeout=120_000)
-    except Exception:
+    except Exception as e:
         page.screenshot(path=str(out / "stop_timeout.png"), full_page=True)
-        raise AssertionError(f"no 'stopped' status; status: {page.locator('#train-status').inner_text()!r}")
+        raise AssertionError(f"no 'stopped' status; status: {page.locator('#train-status').inner_text()!r}") from e
     page.wait_for_timeout(2000)  # a late chunk or an error badge would show by now
     assert "stopped" in page.locator("#train-status").inner_text()
     if not page.evaluate(NO_ERROR_BADGE):
@@ -139,9 +139,9 @@ def test_slider_and_live_training(server, page, screenshots_dir):
     try:
         page.wait_for_function(
             "() => /4 \\/ 4 episodes/.test(document.querySelector('#train-status').innerText)", timeout=300_000)
-    except Exception:
+    except Exception as e:
         page.screenshot(path=str(out / "token_run_timeout.png"), full_page=True)
-        raise AssertionError(f"the token run did not finish; status: {page.locator('#train-status').inner_text()!r}")
+        raise AssertionError(f"the token run did not finish; status: {page.locator('#train-status').inner_text()!r}") from e
     status = page.locator("#train-status").inner_text()
     assert "done" in status and re.search(r"TPO \d+\.\d %", status)
     page.wait_for_selector("#train-pq .js-plotly-plot", timeout=10_000)

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import tpo_core
-
 from demos.server_process import running_server
 
 TINY_TRAIN = ("token reversal", ["tpo"], "terminal", 3, 8, 4, 1.0, 4, 1, 0, 1000)  # same config as the callbacks test

@@ -8,7 +8,7 @@ pytest.importorskip("torch", reason="tpo_core.lab.llm needs PyTorch: pip install
 pytest.importorskip("trl", reason="tpo_core.lab.llm needs trl: pip install 'tpo_core[llm]'")
 pytest.importorskip("reasoning_gym", reason="tpo_core.lab.llm needs reasoning-gym: pip install 'tpo_core[llm]'")
 
-from tpo_core.lab.llm import rlvr  # noqa: E402
+from tpo_core.lab.llm import rlvr
 
 
 def test_two_step_tpo_and_grpo_move_parameters_log_finite_diagnostics_and_resume(tmp_path, capsys):

@@ -9,7 +9,7 @@ pytest.importorskip("torch", reason="tpo_core.lab.llm needs PyTorch: pip install
 pytest.importorskip("trl", reason="tpo_core.lab.llm needs trl: pip install 'tpo_core[llm]'")
 pytest.importorskip("reasoning_gym", reason="tpo_core.lab.llm needs reasoning-gym: pip install 'tpo_core[llm]'")
 
-from tpo_core.lab.llm import sparse  # noqa: E402
+from tpo_core.lab.llm import sparse
 
 
 @pytest.fixture(scope="module")

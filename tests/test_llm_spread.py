@@ -194,7 +194,7 @@ def test_run_writes_files_and_a_finished_setting_is_skipped(tmp_path, capsys):
     assert s["n_groups"] == 2 and set(s["scores"]) == {"sum", "mean"} and set(s["scores"]["sum"]["eta"]) == {"1", "0.3", "0.1"}
     assert json.loads((tmp_path / "summary.json").read_text()) == json.loads(json.dumps(summary))
     assert "TV(q, p_old) per group" in (tmp_path / "figure.html").read_text()
-    from tpo_core.lab import report                                      # the results folder's report reads it
+    from tpo_core.lab import report  # the results folder's report reads it
 
     md = report.to_markdown(report.load_summaries(tmp_path))
     assert "`llm_spread`" in md and "a1 sum" in md and "median H(p_old)" in md
@@ -291,7 +291,7 @@ def test_committed_results_are_consistent():
         pytest.skip("results/llm_spread/spread.json not written yet (python -m tpo_core.lab.llm.spread --out results/llm_spread)")
     data = json.loads(path.read_text())
     assert set(data["settings"]) >= {"graph_coloring/v3", "graph_coloring/v6p5"}
-    for key, rec in data["settings"].items():
+    for rec in data["settings"].values():
         cfg = rec["config"]
         assert cfg == S.setting_config(cfg["task"], cfg["setting"], groups=cfg["groups"], k=cfg["k"], model=cfg["model"],
                                        max_new_tokens=cfg["max_new_tokens"], answer_format=cfg["answer_format"],

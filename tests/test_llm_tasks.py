@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("reasoning_gym", reason="the LLM tasks need reasoning-gym: pip install 'tpo_core[llm]'")
 
-from tpo_core.lab.llm import tasks as T  # noqa: E402
+from tpo_core.lab.llm import tasks as T
 
 
 def _assistant(text):

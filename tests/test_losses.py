@@ -3,7 +3,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tpo_core
 from tpo_core import losses as L
@@ -148,7 +149,7 @@ def test_beta_values_quoted_at_p_point_one_come_out_of_the_implemented_losses():
                                              scores))(logits) / counts.sum()
     reward = jax.nn.one_hot(0, A_CLASSES)
     g_dg = -jax.grad(lambda z: (jnp.asarray(pi, jnp.float32) * jax.vmap(
-        lambda l, a: L.dg_loss(l[None, None], a[None, None], 1.0))(jax.nn.log_softmax(z), reward)).sum())(logits)
+        lambda lp, a: L.dg_loss(lp[None, None], a[None, None], 1.0))(jax.nn.log_softmax(z), reward)).sum())(logits)
     coef = lambda g: float(np.dot(np.asarray(g), e) / np.dot(e, e))  # noqa: E731
     assert round(coef(g_tpo), 2) == 0.73 and round(coef(g_grpo), 2) == 0.33 and round(coef(g_dg), 2) == 0.09
 
@@ -180,7 +181,7 @@ def test_beta_dg(p):
 
     def loss(z):
         lp = jax.nn.log_softmax(z)
-        per_action = jax.vmap(lambda l, a: L.dg_loss(l[None, None], a[None, None], 1.0))(lp, reward)
+        per_action = jax.vmap(lambda lp, a: L.dg_loss(lp[None, None], a[None, None], 1.0))(lp, reward)
         return (pi * per_action).sum()  # expectation over a ~ π
 
     g = -jax.grad(loss)(jnp.log(pi))
@@ -191,8 +192,8 @@ def test_beta_dg(p):
 def test_grpo_first_epoch_gradient_equals_z_scored_pg():
     logp, _, scores = _group(seed=4)
     z = (scores - scores.mean(-1, keepdims=True)) / (scores.std(-1, keepdims=True) + 1e-8)
-    g_grpo = jax.grad(lambda l: L.grpo_loss(l, jax.lax.stop_gradient(l), scores))(logp)
-    g_pg = jax.grad(lambda l: -(z * l).sum(-1).mean())(logp)
+    g_grpo = jax.grad(lambda lp: L.grpo_loss(lp, jax.lax.stop_gradient(lp), scores))(logp)
+    g_pg = jax.grad(lambda lp: -(z * lp).sum(-1).mean())(logp)
     np.testing.assert_allclose(g_grpo, g_pg, atol=1e-6)
 
 
@@ -201,7 +202,7 @@ def test_grpo_clips_and_masks():
     scores = jnp.array([[1.0, 0, 0, 0], [0.0, 0, 0, 0]])
     adv = L.grpo_advantages(scores)
     far = logp_old + jnp.array([[1.0, 0, 0, 0], [0, 0, 0, 0]])  # ratio e > 1.2 on the positive sample
-    g = jax.grad(lambda l: L.grpo_loss(l, logp_old, scores, beta=0.0))(far)
+    g = jax.grad(lambda lp: L.grpo_loss(lp, logp_old, scores, beta=0.0))(far)
     assert g[0, 0] == 0.0 and adv[0, 0] > 0                      # clipped: no push beyond 1 + ε
     masked = L.grpo_loss(logp_old, logp_old, scores, beta=0.0, mask_zero_var=True)
     unmasked = L.grpo_loss(logp_old, logp_old, scores, beta=0.0)
@@ -289,7 +290,7 @@ def test_off_policy_grpo_value_and_gradient_with_ratio_away_from_one():
     rho = np.exp(np.asarray(new[0]))
     surr = np.minimum(rho * a, np.clip(rho, 0.8, 1.2) * a)
     np.testing.assert_allclose(L.grpo_loss(new, old, scores, beta=0.0), -surr.sum(), rtol=1e-5)
-    g = np.asarray(jax.grad(lambda l: L.grpo_loss(l, old, scores, beta=0.0))(new))[0]
+    g = np.asarray(jax.grad(lambda lp: L.grpo_loss(lp, old, scores, beta=0.0))(new))[0]
     # d(−ρA)/dℓ = −ρA where min picks ρA: inside the clip range, and for A < 0 with ρ > 1 + ε (the pessimistic
     # side is never clipped); A > 0 with ρ > 1 + ε is clipped and carries no gradient
     expect = np.array([-rho[0] * a[0], -rho[1] * a[1], 0.0])

@@ -57,7 +57,7 @@ def test_first_update_is_scale_free(grad):
     """Adam's first update is m̂/√v̂ = g/|g| (sign descent): the scale cancels, as the fresh-state demos show."""
     params = jax.tree.map(jnp.zeros_like, grad)
     tx = optax.adam(LR)
-    first = [float(optax.tree.norm(tx.update(jax.tree.map(lambda x: s * x, grad), tx.init(params))[0]))
+    first = [float(optax.tree.norm(tx.update(jax.tree.map(lambda x, s=s: s * x, grad), tx.init(params))[0]))
              for s in (1.0, 1e-3)]
     np.testing.assert_allclose(first[1], first[0], rtol=1e-4)
     np.testing.assert_allclose(first[0], LR * np.sqrt(sum(x.size for x in jax.tree.leaves(grad))), rtol=1e-5)

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from tpo_core import train
-from tpo_core.lab import report
 from tpo_core.config import TokenConfig
+from tpo_core.lab import report
 from tpo_core.lab.reproduce import paper_numbers as P
 from tpo_core.lab.reproduce import presets, reference, runner, stats
 from tpo_core.lab.reproduce.presets import PRESETS, Run, get

@@ -29,8 +29,8 @@ import pytest
 import yaml
 
 from demos import server_process
-from tests.conftest import open_page
 from space import assemble
+from tests.conftest import open_page
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FAKE_REF = "0123456789abcdef0123456789abcdef01234567"
@@ -359,10 +359,10 @@ def test_space_runs_as_spaces_runs_it(tmp_path, browser, screenshots_dir):
                 page.wait_for_function(
                     "() => /[1-9][\\d,]* \\/ [\\d,]+ steps/.test(document.querySelector('#train-status').innerText)",
                     timeout=240_000)
-            except Exception:
+            except Exception as e:
                 page.screenshot(path=str(out / "first_update_timeout.png"), full_page=True)
                 raise AssertionError(f"no streamed update; status {page.locator('#train-status').inner_text()!r}; "
-                                     "server log:\n" + "\n".join(log[-40:]))
+                                     "server log:\n" + "\n".join(log[-40:])) from e
             timings["first_update"] = time.time() - t2
             n_points = page.evaluate("""() => document.querySelector('#train-error .js-plotly-plot')._fullData
                 .filter(t => t.y && t.y.length > 0).length""")

@@ -4,18 +4,15 @@ import contextlib
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from flax import nnx
 
 import tpo_core
-from tpo_core import tasks
-from tpo_core.lab import mnist
+from tpo_core import runtime, tasks, train
 from tpo_core.config import BanditConfig, TokenConfig
-from tpo_core.models import Transformer, count_params
-from tpo_core import runtime
+from tpo_core.lab import mnist
 from tpo_core.lab.reproduce.presets import SMOKE_MODEL, SMOKE_TASK
-from tpo_core import train
+from tpo_core.models import Transformer, count_params
 from tpo_core.train import chunk_plan, make_token_program, muon_adamw, train_bandit, train_tokens
 
 TINY = dict(H=3, B=8, K=4, episodes=3, d_model=16, heads=2, layers=1, ffn=32)
@@ -72,7 +69,9 @@ def test_teacher_forced_gradients_equal_full_recompute():
     graphdef, state = nnx.split(model)
 
     def grads(name):
-        loss = lambda st: jnp.sum(weights * getattr(nnx.merge(graphdef, st), name)(prompts, answers))
+        def loss(st):
+            return jnp.sum(weights * getattr(nnx.merge(graphdef, st), name)(prompts, answers))
+
         return jax.jit(jax.grad(loss))(state)
 
     got, want = grads("answer_logprobs"), grads("full_sequence_logprobs")
@@ -91,8 +90,12 @@ def test_attention_products_have_the_plain_products_gradients():
     ks = jax.random.split(jax.random.key(3), 4)
     a, b = jax.random.normal(ks[0], (2, 3, 7, 5)), jax.random.normal(ks[1], (2, 3, 9, 5))
     w = jax.random.normal(ks[2], (2, 3, 7, 9))
-    plain_nt = lambda a, b: jnp.einsum("...me,...ne->...mn", a, b)
-    plain_nn = lambda a, b: jnp.einsum("...mn,...ne->...me", a, b)
+    def plain_nt(a, b):
+        return jnp.einsum("...me,...ne->...mn", a, b)
+
+    def plain_nn(a, b):
+        return jnp.einsum("...mn,...ne->...me", a, b)
+
     for mine, plain, args in ((_mm_nt, plain_nt, (a, b)), (_mm_nn, plain_nn, (w, b))):
         cot = jax.random.normal(ks[3], plain(*args).shape)
         for f in (lambda g: g, jax.vmap):
@@ -531,12 +534,12 @@ def test_training_programs_compile_with_the_fast_compile_preset_and_agree_with_x
             carry = program.init([0, 1])
             keys = runtime.seed_keys([0, 1])
             knobs = {k: jnp.full((2,), v, jnp.float32) for k, v in program.knobs.items()}
-            assert jax.tree.structure(jax.eval_shape(lambda k: program.init_runs(k, knobs), keys)) == \
+            assert jax.tree.structure(jax.eval_shape(lambda k, p=program, kn=knobs: p.init_runs(k, kn), keys)) == \
                 jax.tree.structure(carry)
             lowered = program.chunk.lower(carry, 0, 2, *program.data)
             assert dict(lowered._lowering._compiler_options_kvs) == runtime.CHUNK_COMPILER_OPTIONS
             # JAX refuses compiler options on a nested jit: inside a caller's trace the chunk is traced without them
-            shapes = jax.eval_shape(lambda c: program.chunk(c, 0, 2, *program.data)[1], carry)
+            shapes = jax.eval_shape(lambda c, p=program: p.chunk(c, 0, 2, *p.data)[1], carry)
             assert shapes["loss"].shape == (2, 2)
             _, fast = lowered.compile({**runtime.CHUNK_COMPILER_OPTIONS, **emitters})(carry, 0, *program.data)
             _, default = lowered.compile(defaults)(carry, 0, *program.data)

@@ -190,7 +190,7 @@ def test_the_console_script_and_python_m_train_from_an_empty_folder(installed):
 
     listed = run([bin_dir / "tpo", "reproduce", "--list"], 300, cwd=empty, env=env)
     assert listed.returncode == 0, listed.stderr[-3000:]
-    from tpo_core.lab import reproduce                          # the checkout's presets, named by the installed copy
+    from tpo_core.lab import reproduce  # the checkout's presets, named by the installed copy
     assert all(name in listed.stdout for name in reproduce.PRESETS), listed.stdout
     assert sorted(p.name for p in empty.iterdir()) == ["run.json"]        # nothing else written where it ran
 

@@ -201,9 +201,8 @@ def test_the_package_runs_it_without_demos_or_gradio():
             "bad = [m for m in sys.modules if m.split('.')[0] in ('demos', 'gradio')]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip() == "[]"
-    from demos import training as T
-
     from demos import inputs
+    from demos import training as T
 
     assert T.stream is live.stream and T.validate.__wrapped__ is live.validate and T.run_chunk is live.run_chunk
     assert T.InputError is inputs.InputError and issubclass(T.InputError, ValueError)

@@ -126,10 +126,10 @@ def test_widget_trains_and_stops_in_jupyter(jupyter, browser, screenshots_dir):
         assert page.evaluate(POINTS) == stopped                              # nothing trains after Stop
         assert not train.is_disabled() and stop.is_disabled()
         page.screenshot(path=str(out / "live_training.png"), full_page=True)
-    except Exception:
+    except Exception as e:
         page.screenshot(path=str(out / "failed.png"), full_page=True)
         outputs = page.evaluate("() => Array.from(document.querySelectorAll('.jp-OutputArea')).map(e => e.innerText)")
-        raise AssertionError(f"the cell's output: {outputs}; server log: {jupyter[2].read_text()[-3000:]}")
+        raise AssertionError(f"the cell's output: {outputs}; server log: {jupyter[2].read_text()[-3000:]}") from e
     finally:
         context.close()
     errors = [e for e in errors if e not in NOTEBOOK_NOISE]

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from . import checks
-from .constants import GRPO_EPS, STD_FLOOR  # noqa: F401  (re-exported: tpo_core.losses.STD_FLOOR)
+from .constants import GRPO_EPS, STD_FLOOR
 
 
 # --------------------------------------------------------------------------------------------

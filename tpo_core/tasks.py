@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from . import checks
-from .constants import DENSE_REWARDS, REWARDS, TARGETS  # noqa: F401  (re-exported)
+from .constants import DENSE_REWARDS, REWARDS, TARGETS
 
 
 def check_target(target: str) -> None:

@@ -128,11 +128,11 @@ def _config_get(config, key: str, default):
         return default
     try:
         value = getattr(config, key)
-    except Exception:  # noqa: BLE001 - AttributeError, omegaconf's struct-mode errors
+    except Exception:  # AttributeError, omegaconf's struct-mode errors
         getter = getattr(config, "get", None)
         try:
             value = getter(key, default) if getter is not None else default
-        except Exception:  # noqa: BLE001
+        except Exception:  # ImportError, or a verl that fails to import
             value = default
     return default if value is None else value
 
@@ -163,7 +163,7 @@ def loss_sequence_score(config) -> str:
 
 try:  # the config class exists only where verl does; the pure-torch functions below do not need it
     from verl.workers.config import PolicyLossConfig as _VerlPolicyLossConfig
-except Exception:  # noqa: BLE001 - ImportError, or a verl that fails to import
+except Exception:
     _VerlPolicyLossConfig = None
 
 if _VerlPolicyLossConfig is not None:
@@ -404,10 +404,10 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
                 class _Loader(importlib.abc.Loader):
                     def create_module(self, spec_):
-                        return original.create_module(spec_)
+                        return original.create_module(spec_)  # noqa: B023 (built and returned in this iteration)
 
                     def exec_module(self, module):
-                        original.exec_module(module)
+                        original.exec_module(module)  # noqa: B023
                         _patch_module(module)
 
                 spec.loader = _Loader()

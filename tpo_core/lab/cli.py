@@ -43,7 +43,7 @@ def _int_at_least(name, lo):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}")
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
         if value < lo:
             raise argparse.ArgumentTypeError(f"{name} must be >= {lo}, got {value}")
         return value
@@ -66,7 +66,7 @@ def parse_sweep(items) -> dict | None:
         try:
             sweep[name.strip()] = [float(v) for v in values.split(",")]
         except ValueError:
-            raise ValueError(f"sweep {name.strip()} values must be numbers, got {values!r}")
+            raise ValueError(f"sweep {name.strip()} values must be numbers, got {values!r}") from None
     return sweep
 
 

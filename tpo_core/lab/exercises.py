@@ -134,7 +134,7 @@ def _compare(what: str, got, want, inputs: dict, hints: dict | None = None, atol
         try:
             with np.errstate(all="ignore"):
                 b = np.asarray(buggy(), dtype=np.float64)
-        except Exception:  # noqa: BLE001 - a hint that cannot be evaluated is simply not shown
+        except Exception:  # a hint that cannot be evaluated is simply not shown
             continue
         if b.shape == got.shape and np.allclose(got, b, atol=atol, rtol=rtol, equal_nan=True):
             lines.append(f"  hint: that is what {description} gives")
@@ -410,7 +410,7 @@ def check_sequence_logprob(fn: Callable, trials: int = 12, seed: int = 5, show_h
     :math:`\sum_t m_t \log\pi(y_t\mid\cdot)` (:func:`reference_sequence_logprob`).
     """
     call_fn = _begin(fn, trials, show_hints)
-    for t, rng, shape in _cases(seed, trials):
+    for _, rng, shape in _cases(seed, trials):
         T = shape[-1] + 3
         full = shape[:-1] + (T,)
         tl = (-rng.exponential(1.0, size=full)).astype(np.float32)
@@ -643,7 +643,7 @@ def check_group_minibatches(fn: Callable, trials: int = 8, seed: int = 7, show_h
             try:
                 got = [np.asarray(b) for b in out]
                 cuts = _cut_group(got, K) is not None
-            except Exception:  # noqa: BLE001 - whatever it returned, the message above says what is wrong
+            except Exception:  # whatever it returned, the message above says what is wrong
                 got, cuts = None, False
             if got is not None and (cuts or len({b.size for b in got}) > 1):
                 lines += _hint("splitting the rows into n_minibatches contiguous chunks (np.array_split), which "

@@ -11,7 +11,6 @@ the same gradients times ``scale``, recording each step's update norm per parame
 """
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,7 +37,7 @@ def rescale_run(tx: optax.GradientTransformation, params, grads, *, warm: int, a
     def norms(updates):
         out = {"all": optax.tree.norm(updates)}
         for name in names:
-            masked = jax.tree.map(lambda u, lab: u if lab == name else jnp.zeros_like(u), updates, labels)
+            masked = jax.tree.map(lambda u, lab, name=name: u if lab == name else jnp.zeros_like(u), updates, labels)
             out[name] = optax.tree.norm(masked)
         return out
 

@@ -296,6 +296,7 @@ def paper_tables_markdown() -> str:
     """The paper's Tables 1–3 and the MNIST numbers as markdown, rendered from
     :mod:`tpo_core.lab.reproduce.paper_numbers` (the one copy)."""
     from tpo_core.methods import get as method
+
     from .reproduce import paper_numbers as P
 
     title = lambda m: method(m).title  # noqa: E731

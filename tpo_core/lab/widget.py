@@ -318,7 +318,7 @@ class LiveTraining:
                 if self._stop.is_set():   # between chunks: the next one is never started
                     stopped = True
                     break
-        except Exception as e:  # noqa: BLE001 - shown in the widget, not as a traceback
+        except Exception as e:  # shown in the widget, not as a traceback
             self.message.value = f"⚠️ <b>training failed</b>: {html.escape(f'{type(e).__name__}: {e}', quote=False)}"
         finally:
             gen.close()
@@ -351,7 +351,7 @@ class LiveTraining:
         (request, last history, [error, grad, pq figures]). What the static book shows."""
         req = live.validate(**{**self.defaults, **self.snapshot_values})
         hist = None
-        for hist in live.stream(req):
+        for hist in live.stream(req):  # noqa: B007 (the last one is what is kept)
             pass
         return req, hist, [self._figure(name, hist) for name in FIGURES]
 

@@ -42,12 +42,11 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from .. import atomic_io
-
 from ..reproduce import experiments
 
 __all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "PRESETS", "run_rlvr", "run_preset", "summary_rows", "prediction_check",
@@ -261,7 +260,7 @@ def run_rlvr(task: str = "graph_coloring", budget: str = "smoke", out=None, *, m
     ``train=False`` trains nothing: the summary of the runs finished so far (another process may still be
     training). The summary holds the report's fields too (``preset``, ``rows`` of start and final reward per
     method, seed mean ± SE), so ``python -m tpo_core report results`` lists it beside the JAX presets."""
-    from .tasks import TASKS, _check
+    from .tasks import _check
 
     if budget not in BUDGETS:
         raise ValueError(f"budget={budget!r} is not one of {sorted(BUDGETS)}")
@@ -507,9 +506,8 @@ def figure(out):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from ..reproduce.stats import seed_se
-
     from ..figures import color
+    from ..reproduce.stats import seed_se
 
     out = pathlib.Path(out)
     by_method = load_runs(out)

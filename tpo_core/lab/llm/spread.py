@@ -40,7 +40,6 @@ import time
 import numpy as np
 
 from .. import atomic_io
-
 from ..reproduce import experiments
 
 __all__ = ["SCORES", "ETAS", "DEFAULT_SETTINGS", "QUANTILES", "completion_mask", "token_logps", "sequence_scores",
@@ -415,7 +414,7 @@ def _report_rows(settings: dict) -> list[dict]:
     """The rows ``python -m tpo_core report`` lists (no paper number: a diagnostic of the starting model)."""
     rows = []
     for metric, label in REPORT_ROWS:
-        for key, s in settings.items():
+        for s in settings.values():
             for score in SCORES:
                 sc = s["scores"][score]
                 value = {"tv_eta1": (sc["eta"].get("1") or {}).get("tv_signal"),

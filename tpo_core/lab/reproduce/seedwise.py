@@ -334,7 +334,8 @@ def load_h10(results=None, reference_file=None, allow_download: bool = True) -> 
     """(ours, reference): {method: error curves [S, T]} of the committed H = 10 per-seed runs
     (``results/table3_paper_h10``, the seeds present now; nothing is retrained) and of the reference file (see
     ``tpo_core.lab.reproduce.reference.reference_path``). Either is {} where it cannot be found."""
-    from . import committed, reference as ref
+    from . import committed
+    from . import reference as ref
 
     root = pathlib.Path(results) if results is not None else committed.find_results()
     ours = {}
