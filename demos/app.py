@@ -9,6 +9,7 @@ and **paper results** (the reproduced tables beside the paper's). Environment: `
 ``TPO_DEMO_PORT``, ``TPO_DEMO_WARM=0`` (skip the startup warm-up), ``TPO_DEMO_MAX_SESSIONS``. Nothing launches at import;
 :func:`build_app` returns the ``gr.Blocks``.
 """
+
 from __future__ import annotations
 
 import os
@@ -103,9 +104,15 @@ def method_choices(task: str) -> list:
 def on_task_change(task):
     token = task == "token reversal"
     keep = [m for m in T.DEFAULTS["methods"] if m in (M.TOKEN_METHODS if token else M.BANDIT_METHODS)]
-    return (gr.update(choices=method_choices(task), value=keep), *(gr.update(visible=token) for _ in range(5)),
-            gr.update(visible=not token), gr.update(visible=token), gr.update(visible=token), T.EXPLAIN[task],
-            gr.update(label=ZERO_PLOT_LABEL[task]))
+    return (
+        gr.update(choices=method_choices(task), value=keep),
+        *(gr.update(visible=token) for _ in range(5)),
+        gr.update(visible=not token),
+        gr.update(visible=token),
+        gr.update(visible=token),
+        T.EXPLAIN[task],
+        gr.update(label=ZERO_PLOT_LABEL[task]),
+    )
 
 
 # Stop is cooperative: the button flags its session's running generator, which ends at its next chunk with a
@@ -114,7 +121,7 @@ def on_task_change(task):
 # so Stop first says "stopping", and a follow-up event (`await_stopped`) waits for that run to end and writes
 # the status it ended with: the last word is always the run's own, whichever of the two messages the browser
 # receives first. A run still waiting in the queue is not running yet, so Stop does not reach it.
-_RUNNING: dict[str, int] = {}          # session -> id of its running run
+_RUNNING: dict[str, int] = {}  # session -> id of its running run
 # session -> id of its latest run, running or ended; the oldest sessions are dropped past _LATEST_KEEP (a dropped
 # session's late Stop follow-up then writes its run's own final status, which is what it would write anyway)
 _LATEST: "collections.OrderedDict[str, int]" = collections.OrderedDict()
@@ -125,7 +132,7 @@ _FINAL_KEEP = 256
 _WAITERS: dict[int, list] = collections.defaultdict(list)  # run id -> [(event loop, future)] of await_stopped
 _RUN_IDS = itertools.count(1)
 _STOP_LOCK = threading.Lock()
-STOP_WAIT_S = 600.0                    # await_stopped gives up after this long (a chunk takes seconds)
+STOP_WAIT_S = 600.0  # await_stopped gives up after this long (a chunk takes seconds)
 
 
 def _session(request) -> str:
@@ -176,8 +183,12 @@ def train(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_s
             figures = T.figures(hist, backend)
             stop = _take_stop(session)
             last = stopped_status(hist) if stop else figures[0]
-            yield (last, *figures[1:], hist,
-                   gr.update(maximum=max(n_tracked, 1), value=n_tracked, interactive=hist["done"] > 1))
+            yield (
+                last,
+                *figures[1:],
+                hist,
+                gr.update(maximum=max(n_tracked, 1), value=n_tracked, interactive=hist["done"] > 1),
+            )
             if stop:
                 return
     finally:
@@ -242,8 +253,10 @@ def stopped_status(hist=None):
     if not hist or not hist.get("done"):
         return "**stopped** before the first update — press **Train** to start a new run"
     scale = 1 if hist["task"] == "token reversal" else T.BANDIT_EVAL_EVERY
-    return (f"**stopped** at {hist['done'] * scale} / {hist['total'] * scale} {hist['unit']}s — the plots show the "
-            "run so far; press **Train** to start a new run")
+    return (
+        f"**stopped** at {hist['done'] * scale} / {hist['total'] * scale} {hist['unit']}s — the plots show the "
+        "run so far; press **Train** to start a new run"
+    )
 
 
 def show_episode(hist, episode):
@@ -259,12 +272,18 @@ def paper_view():
     """(markdown: our reproduced tables or a note, then the paper's tables; figure choices; first figure html)."""
     body, note = paper.load_report()
     if body is None:
-        md = (f"ℹ️ {note} Run the reproduction presets (`python -m tpo_core reproduce <preset> --budget cpu "
-              "--out results/<preset>`, see `results/README.md`) to fill `results/`; until then only the "
-              "**paper's** numbers are shown below.\n\n" + paper.PAPER_TABLES)
+        md = (
+            f"ℹ️ {note} Run the reproduction presets (`python -m tpo_core reproduce <preset> --budget cpu "
+            "--out results/<preset>`, see `results/README.md`) to fill `results/`; until then only the "
+            "**paper's** numbers are shown below.\n\n" + paper.PAPER_TABLES
+        )
     else:
-        md = ("## Reproduced here (from `results/`, computed by `tpo_core.lab.report`)\n\n" + body + "\n\n---\n\n"
-              + paper.PAPER_TABLES)
+        md = (
+            "## Reproduced here (from `results/`, computed by `tpo_core.lab.report`)\n\n"
+            + body
+            + "\n\n---\n\n"
+            + paper.PAPER_TABLES
+        )
     figs = [(f.parent.name, str(f)) for f in paper.figure_files()]
     return md, figs, paper.figure_iframe(figs[0][1]) if figs else ""
 
@@ -302,41 +321,82 @@ def build_app() -> gr.Blocks:
         with gr.Tab("Target explorer", id="explorer"):
             with gr.Row():
                 with gr.Column(scale=1, min_width=280):
-                    k = gr.Slider(2, X.MAX_K, value=EXPLORER_DEFAULTS["K"], step=1, label="K (group size)",
-                                  elem_id="explorer-k")
-                    eta = gr.Slider(0.05, 5.0, value=EXPLORER_DEFAULTS["eta"], step=0.05,
-                                    label="η (how far q may move from p_old)", elem_id="explorer-eta")
-                    scores_preset = gr.Dropdown(list(X.SCORE_PRESETS), value=EXPLORER_DEFAULTS["scores_preset"],
-                                                label="scores preset", elem_id="explorer-scores-preset")
+                    k = gr.Slider(
+                        2, X.MAX_K, value=EXPLORER_DEFAULTS["K"], step=1, label="K (group size)", elem_id="explorer-k"
+                    )
+                    eta = gr.Slider(
+                        0.05,
+                        5.0,
+                        value=EXPLORER_DEFAULTS["eta"],
+                        step=0.05,
+                        label="η (how far q may move from p_old)",
+                        elem_id="explorer-eta",
+                    )
+                    scores_preset = gr.Dropdown(
+                        list(X.SCORE_PRESETS),
+                        value=EXPLORER_DEFAULTS["scores_preset"],
+                        label="scores preset",
+                        elem_id="explorer-scores-preset",
+                    )
                     scores_text = gr.Textbox(s0, label="scores s₁ … s_K (edit freely)", elem_id="explorer-scores")
-                    logp_preset = gr.Dropdown(list(X.LOGP_PRESETS), value=EXPLORER_DEFAULTS["logp_preset"],
-                                              label="behaviour log-probs ℓ_old", elem_id="explorer-logp-preset")
+                    logp_preset = gr.Dropdown(
+                        list(X.LOGP_PRESETS),
+                        value=EXPLORER_DEFAULTS["logp_preset"],
+                        label="behaviour log-probs ℓ_old",
+                        elem_id="explorer-logp-preset",
+                    )
                     seed = gr.Number(EXPLORER_DEFAULTS["seed"], precision=0, label="seed (random log-probs)")
-                    logp_text = gr.Textbox(l0, label="log-probs ℓ_old,1 … ℓ_old,K (edit freely)",
-                                           elem_id="explorer-logp")
+                    logp_text = gr.Textbox(
+                        l0, label="log-probs ℓ_old,1 … ℓ_old,K (edit freely)", elem_id="explorer-logp"
+                    )
                     message = gr.Markdown("", elem_id="explorer-message")
                 with gr.Column(scale=3):
-                    bars = gr.Plot(X.bars_figure(a0), label="p_old, q, u and the gradient p − q",
-                                   elem_id="explorer-bars")
+                    bars = gr.Plot(
+                        X.bars_figure(a0), label="p_old, q, u and the gradient p − q", elem_id="explorer-bars"
+                    )
                     with gr.Row():
                         with gr.Column(scale=3):
-                            contrast = gr.Plot(X.contrast_figure(a0), label="TPO against GRPO on this group",
-                                               elem_id="explorer-contrast")
+                            contrast = gr.Plot(
+                                X.contrast_figure(a0),
+                                label="TPO against GRPO on this group",
+                                elem_id="explorer-contrast",
+                            )
                         with gr.Column(scale=2):
                             summary = gr.Markdown(X.summary_markdown(a0), elem_id="explorer-summary")
             outputs = [scores_text, logp_text, message, summary, bars, contrast]
-            gr.on([k.change, eta.change, scores_preset.input, logp_preset.input, seed.change], explore,
-                  inputs=[k, eta, scores_preset, scores_text, logp_preset, logp_text, seed], outputs=outputs,
-                  api_name="explore", concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
-                  show_progress="hidden", trigger_mode="always_last")
-            gr.on([scores_text.input, scores_text.submit], explore_typed_scores, inputs=[k, eta, scores_text, logp_preset, logp_text, seed],
-                              outputs=outputs + [scores_preset], api_visibility="private",
-                              concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
-                              show_progress="hidden", trigger_mode="always_last")
-            gr.on([logp_text.input, logp_text.submit], explore_typed_logp, inputs=[k, eta, scores_preset, scores_text, logp_text, seed],
-                            outputs=outputs + [logp_preset], api_visibility="private",
-                            concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
-                            show_progress="hidden", trigger_mode="always_last")
+            gr.on(
+                [k.change, eta.change, scores_preset.input, logp_preset.input, seed.change],
+                explore,
+                inputs=[k, eta, scores_preset, scores_text, logp_preset, logp_text, seed],
+                outputs=outputs,
+                api_name="explore",
+                concurrency_limit=EXPLORER_CONCURRENCY,
+                concurrency_id="explorer",
+                show_progress="hidden",
+                trigger_mode="always_last",
+            )
+            gr.on(
+                [scores_text.input, scores_text.submit],
+                explore_typed_scores,
+                inputs=[k, eta, scores_text, logp_preset, logp_text, seed],
+                outputs=outputs + [scores_preset],
+                api_visibility="private",
+                concurrency_limit=EXPLORER_CONCURRENCY,
+                concurrency_id="explorer",
+                show_progress="hidden",
+                trigger_mode="always_last",
+            )
+            gr.on(
+                [logp_text.input, logp_text.submit],
+                explore_typed_logp,
+                inputs=[k, eta, scores_preset, scores_text, logp_text, seed],
+                outputs=outputs + [logp_preset],
+                api_visibility="private",
+                concurrency_limit=EXPLORER_CONCURRENCY,
+                concurrency_id="explorer",
+                show_progress="hidden",
+                trigger_mode="always_last",
+            )
 
         with gr.Tab("Live training", id="training"):
             hist_state = gr.State(None)  # this session's last run (for the episode scrubber)
@@ -344,67 +404,141 @@ def build_app() -> gr.Blocks:
             with gr.Row():
                 with gr.Column(scale=1, min_width=280):
                     task = gr.Radio(list(T.TASKS), value=default_task, label="task", elem_id="train-task")
-                    methods = gr.CheckboxGroup(method_choices(default_task), value=T.DEFAULTS["methods"],
-                                               label="methods (≤ 4)", elem_id="train-methods")
-                    reward = gr.Dropdown(list(T.REWARDS), value=T.DEFAULTS["reward"],
-                                         label="reward (reverse copy, V = 2)", elem_id="train-reward",
-                                         visible=token0)
-                    h = gr.Slider(T.H_MIN, T.H_MAX, value=T.DEFAULTS["H"], step=1, label="H (sequence length)",
-                                  elem_id="train-h", visible=token0)
-                    tk = gr.Slider(2, T.MAX_TRAIN_K, value=T.DEFAULTS["K"], step=1, label="K (group size)",
-                                   elem_id="train-k", visible=token0)
-                    b = gr.Slider(1, T.MAX_B, value=T.DEFAULTS["B"], step=1, label="B (prompts per episode)",
-                                  elem_id="train-b", visible=token0)
-                    episodes = gr.Number(T.DEFAULTS["episodes"], precision=0,
-                                         label=f"episodes (≤ {T.MAX_EPISODES})", elem_id="train-episodes",
-                                         visible=token0)
-                    steps = gr.Number(T.DEFAULTS["bandit_steps"], precision=0, label="MNIST steps (≤ 10,000)",
-                                      visible=not token0, elem_id="train-steps")
-                    teta = gr.Slider(0.05, 5.0, value=T.DEFAULTS["eta"], step=0.05, label="η (TPO)",
-                                     elem_id="train-eta")
+                    methods = gr.CheckboxGroup(
+                        method_choices(default_task),
+                        value=T.DEFAULTS["methods"],
+                        label="methods (≤ 4)",
+                        elem_id="train-methods",
+                    )
+                    reward = gr.Dropdown(
+                        list(T.REWARDS),
+                        value=T.DEFAULTS["reward"],
+                        label="reward (reverse copy, V = 2)",
+                        elem_id="train-reward",
+                        visible=token0,
+                    )
+                    h = gr.Slider(
+                        T.H_MIN,
+                        T.H_MAX,
+                        value=T.DEFAULTS["H"],
+                        step=1,
+                        label="H (sequence length)",
+                        elem_id="train-h",
+                        visible=token0,
+                    )
+                    tk = gr.Slider(
+                        2,
+                        T.MAX_TRAIN_K,
+                        value=T.DEFAULTS["K"],
+                        step=1,
+                        label="K (group size)",
+                        elem_id="train-k",
+                        visible=token0,
+                    )
+                    b = gr.Slider(
+                        1,
+                        T.MAX_B,
+                        value=T.DEFAULTS["B"],
+                        step=1,
+                        label="B (prompts per episode)",
+                        elem_id="train-b",
+                        visible=token0,
+                    )
+                    episodes = gr.Number(
+                        T.DEFAULTS["episodes"],
+                        precision=0,
+                        label=f"episodes (≤ {T.MAX_EPISODES})",
+                        elem_id="train-episodes",
+                        visible=token0,
+                    )
+                    steps = gr.Number(
+                        T.DEFAULTS["bandit_steps"],
+                        precision=0,
+                        label="MNIST steps (≤ 10,000)",
+                        visible=not token0,
+                        elem_id="train-steps",
+                    )
+                    teta = gr.Slider(
+                        0.05, 5.0, value=T.DEFAULTS["eta"], step=0.05, label="η (TPO)", elem_id="train-eta"
+                    )
                     with gr.Row():
                         n_seeds = gr.Slider(1, T.MAX_SEEDS, value=T.DEFAULTS["n_seeds"], step=1, label="seeds")
                         tseed = gr.Number(T.DEFAULTS["seed"], precision=0, label="first seed")
                     with gr.Row():
                         start = gr.Button("Train", variant="primary", elem_id="train-start")
                         stop = gr.Button("Stop", variant="stop", elem_id="train-stop")
-                    gr.Markdown("Single-sample methods (PPO, PG, DG) are interaction-matched: B·K prompts and "
-                                "lr·√K. A new configuration compiles once, then is cached; the default one "
-                                "is compiled at startup. Two runs train at a time; others wait in the queue. "
-                                "Stop ends a run after its current chunk; Train pressed while a run is going "
-                                "starts the new run when that one ends.")
+                    gr.Markdown(
+                        "Single-sample methods (PPO, PG, DG) are interaction-matched: B·K prompts and "
+                        "lr·√K. A new configuration compiles once, then is cached; the default one "
+                        "is compiled at startup. Two runs train at a time; others wait in the queue. "
+                        "Stop ends a run after its current chunk; Train pressed while a run is going "
+                        "starts the new run when that one ends."
+                    )
                 with gr.Column(scale=3):
-                    status = gr.Markdown(f"Press **Train**: {' and '.join(M.REGISTRY[m].title for m in T.DEFAULTS['methods'])}"
-                                         f" learn the {default_task} side by side.", elem_id="train-status")
+                    status = gr.Markdown(
+                        f"Press **Train**: {' and '.join(M.REGISTRY[m].title for m in T.DEFAULTS['methods'])}"
+                        f" learn the {default_task} side by side.",
+                        elem_id="train-status",
+                    )
                     with gr.Row():
                         err_plot = gr.Plot(label="error", elem_id="train-error")
                         grad_plot = gr.Plot(label="gradient norm and step size", elem_id="train-grad")
                     with gr.Row():
                         zero_plot = gr.Plot(label=ZERO_PLOT_LABEL[default_task], elem_id="train-zero")
                         pq_plot = gr.Plot(label="tracked group", elem_id="train-pq", visible=token0)
-                    episode = gr.Slider(0, 1, value=0, step=1, interactive=False, visible=token0,
-                                        label="episode shown in the tracked-group plot", elem_id="train-episode")
+                    episode = gr.Slider(
+                        0,
+                        1,
+                        value=0,
+                        step=1,
+                        interactive=False,
+                        visible=token0,
+                        label="episode shown in the tracked-group plot",
+                        elem_id="train-episode",
+                    )
                     explain = gr.Markdown(T.EXPLAIN[default_task], elem_id="train-explain")
-            task.change(on_task_change, inputs=task,
-                        outputs=[methods, reward, h, tk, b, episodes, steps, pq_plot, episode, explain, zero_plot],
-                        api_visibility="private", show_progress="hidden")
-            start.click(train, inputs=[task, methods, reward, h, b, tk, teta, episodes, n_seeds, tseed, steps],
-                              outputs=[status, err_plot, grad_plot, zero_plot, pq_plot, hist_state, episode],
-                              api_name="train", concurrency_limit=TRAINING_CONCURRENCY, concurrency_id="training",
-                              show_progress="minimal", show_progress_on=[status],
-                              trigger_mode="always_last")  # Train pressed while a run ends: the next run waits
-            stopping = stop.click(stop_run, hist_state, [status, stop_id], api_visibility="private",
-                                  concurrency_id="explorer")
-            stopping.then(await_stopped, stop_id, status, api_visibility="private", concurrency_limit=None,
-                          show_progress="hidden")
-            episode.release(show_episode, inputs=[hist_state, episode], outputs=pq_plot, api_visibility="private",
-                            show_progress="hidden", concurrency_id="explorer")
+            task.change(
+                on_task_change,
+                inputs=task,
+                outputs=[methods, reward, h, tk, b, episodes, steps, pq_plot, episode, explain, zero_plot],
+                api_visibility="private",
+                show_progress="hidden",
+            )
+            start.click(
+                train,
+                inputs=[task, methods, reward, h, b, tk, teta, episodes, n_seeds, tseed, steps],
+                outputs=[status, err_plot, grad_plot, zero_plot, pq_plot, hist_state, episode],
+                api_name="train",
+                concurrency_limit=TRAINING_CONCURRENCY,
+                concurrency_id="training",
+                show_progress="minimal",
+                show_progress_on=[status],
+                trigger_mode="always_last",
+            )  # Train pressed while a run ends: the next run waits
+            stopping = stop.click(
+                stop_run, hist_state, [status, stop_id], api_visibility="private", concurrency_id="explorer"
+            )
+            stopping.then(
+                await_stopped, stop_id, status, api_visibility="private", concurrency_limit=None, show_progress="hidden"
+            )
+            episode.release(
+                show_episode,
+                inputs=[hist_state, episode],
+                outputs=pq_plot,
+                api_visibility="private",
+                show_progress="hidden",
+                concurrency_id="explorer",
+            )
 
         with gr.Tab("Paper results", id="paper"):
             md0, figs0, frame0 = paper_view()
             reload_btn = gr.Button("Reload results/", size="sm")
-            fig_choice = gr.Dropdown(figs0, value=figs0[0][1] if figs0 else None, visible=bool(figs0),
-                                     label="reproduced figure (results/<preset>/figure.html)")
+            fig_choice = gr.Dropdown(
+                figs0,
+                value=figs0[0][1] if figs0 else None,
+                visible=bool(figs0),
+                label="reproduced figure (results/<preset>/figure.html)",
+            )
             fig_frame = gr.HTML(frame0, elem_id="paper-figure")
             paper_md = gr.Markdown(md0, elem_id="paper-md")
             fig_choice.input(paper.figure_iframe, fig_choice, fig_frame, api_visibility="private")
@@ -422,6 +556,7 @@ WARMUP = {"state": "not started", "seconds": None}
 
 def start_warmup() -> threading.Thread:
     """Compile the default configuration's programs in a background thread (cached on disk too)."""
+
     def work():
         WARMUP["state"] = "running"
         try:
@@ -450,17 +585,31 @@ def _positive_int(text):
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m demos.app", description="TPO, interactively (Gradio demo)")
-    ap.add_argument("--host", default=os.environ.get("TPO_DEMO_HOST", "127.0.0.1"),
-                    help="interface to bind (default 127.0.0.1; env TPO_DEMO_HOST)")
-    ap.add_argument("--port", type=int, default=int(os.environ.get("TPO_DEMO_PORT", "7860")),
-                    help="port (default 7860; env TPO_DEMO_PORT)")
+    ap.add_argument(
+        "--host",
+        default=os.environ.get("TPO_DEMO_HOST", "127.0.0.1"),
+        help="interface to bind (default 127.0.0.1; env TPO_DEMO_HOST)",
+    )
+    ap.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("TPO_DEMO_PORT", "7860")),
+        help="port (default 7860; env TPO_DEMO_PORT)",
+    )
     ap.add_argument("--share", action="store_true", help="also create a public gradio.live link (off by default)")
-    ap.add_argument("--no-warm", action="store_true", default=os.environ.get("TPO_DEMO_WARM") == "0",
-                    help="skip compiling the default training config at startup (env TPO_DEMO_WARM=0)")
-    ap.add_argument("--max-sessions", type=_positive_int,
-                    default=int(os.environ.get("TPO_DEMO_MAX_SESSIONS", STATE_SESSION_CAPACITY)),
-                    help="sessions whose state the server keeps, least recently used dropped first (default "
-                         f"{STATE_SESSION_CAPACITY}; env TPO_DEMO_MAX_SESSIONS)")
+    ap.add_argument(
+        "--no-warm",
+        action="store_true",
+        default=os.environ.get("TPO_DEMO_WARM") == "0",
+        help="skip compiling the default training config at startup (env TPO_DEMO_WARM=0)",
+    )
+    ap.add_argument(
+        "--max-sessions",
+        type=_positive_int,
+        default=int(os.environ.get("TPO_DEMO_MAX_SESSIONS", STATE_SESSION_CAPACITY)),
+        help="sessions whose state the server keeps, least recently used dropped first (default "
+        f"{STATE_SESSION_CAPACITY}; env TPO_DEMO_MAX_SESSIONS)",
+    )
     return ap.parse_args(argv)
 
 
@@ -475,12 +624,21 @@ def main(argv=None):
     cache = enable_compile_cache()
     t0 = time.perf_counter()
     demo = build_app()
-    print(f"[demo] JAX backend {_backend()}, compile cache {cache}, app built in {time.perf_counter() - t0:.1f} s",
-          flush=True)
+    print(
+        f"[demo] JAX backend {_backend()}, compile cache {cache}, app built in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     if not args.no_warm:
         start_warmup()
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, ssr_mode=False, show_error=True,
-                allowed_paths=[str(paper.results_dir())], state_session_capacity=args.max_sessions)
+    demo.launch(
+        server_name=args.host,
+        server_port=args.port,
+        share=args.share,
+        ssr_mode=False,
+        show_error=True,
+        allowed_paths=[str(paper.results_dir())],
+        state_session_capacity=args.max_sessions,
+    )
 
 
 if __name__ == "__main__":

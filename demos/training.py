@@ -5,6 +5,7 @@ the figure builders) is :mod:`tpo_core.lab.live`, shared with the notebook widge
 module re-exports it under the names the demo has always used, and keeps what only the demo needs: its default
 run and the explanation shown beside its plots.
 """
+
 from __future__ import annotations
 
 from tpo_core import methods as M  # noqa: F401
@@ -55,8 +56,19 @@ from .explorer import InputError, check_int  # noqa: F401  (the same classes as 
 # shows the paper's observation (TPO's ‖∇L‖ falls as its policy reaches the targets, GRPO's stays high); the
 # token-task values apply when the reader switches task. tests/test_demo_callbacks.py checks what EXPLAIN says
 # about the default run against a real default run.
-DEFAULTS = dict(task="MNIST bandit", methods=["tpo", "grpo"], reward="terminal", H=6, B=100, K=8, eta=1.0,
-                episodes=300, n_seeds=1, seed=0, bandit_steps=3000)
+DEFAULTS = dict(
+    task="MNIST bandit",
+    methods=["tpo", "grpo"],
+    reward="terminal",
+    H=6,
+    B=100,
+    K=8,
+    eta=1.0,
+    episodes=300,
+    n_seeds=1,
+    seed=0,
+    bandit_steps=3000,
+)
 
 EXPLAIN = {
     "MNIST bandit": (
@@ -70,7 +82,8 @@ EXPLAIN = {
         "contrast on the token task (its ablation runs). "
         "The two methods' steps ‖Δθ‖ stay of similar size all the same: Adam divides the gradient by its "
         "running size, so a small gradient is "
-        "not a small step. **Bottom:** training error of the sampled guesses."),
+        "not a small step. **Bottom:** training error of the sampled guesses."
+    ),
     "token reversal": (
         "**What you are looking at** (reverse copy, V = 2: reproduce the prompt backwards; one group of K "
         "answers per prompt). **Top left:** error of each episode's rollouts. **Top right** (log axis): the "
@@ -82,5 +95,6 @@ EXPLAIN = {
         "pulls p toward q over the epochs (the KL in each title says how close it got); GRPO does not aim at "
         "q (it is drawn for comparison). Use the slider to scrub "
         "through episodes. The paper's gradient-norm observation was made at H = 8, B = 256, K = 32 over "
-        "2,000 episodes, larger than a live run here."),
+        "2,000 episodes, larger than a live run here."
+    ),
 }

@@ -1,4 +1,5 @@
 """Run configurations, validated eagerly with errors that name the parameter."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +28,12 @@ def _int(name, value, lo, hi=None):
 
 
 def _pos(name, value):
-    _require(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
-             name, "must be a finite number > 0", value)
+    _require(
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
+        name,
+        "must be a finite number > 0",
+        value,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,33 +43,37 @@ class TokenConfig:
     method: str = "tpo"
     target: str = "reverse_copy"
     reward: str = "terminal"
-    H: int = 10                   # prompt = answer length
-    V: int = 2                    # vocabulary
-    B: int = 100                  # prompts per episode
-    K: int = 8                    # completions per prompt (group) or candidates per state (token)
+    H: int = 10  # prompt = answer length
+    V: int = 2  # vocabulary
+    B: int = 100  # prompts per episode
+    K: int = 8  # completions per prompt (group) or candidates per state (token)
     episodes: int = 2000
     epochs: Optional[int] = None  # None: the method's default (4, or 1 for DG/RLOO)
     lr: float = 1e-3
     eta: float = 1.0
-    beta: float = 0.04            # GRPO's KL coefficient
+    beta: float = 0.04  # GRPO's KL coefficient
     clip_eps: float = 0.2
-    std_floor: float = 1e-6       # σ threshold of the standardisation (1e-6 = paper)
-    optimizer: str = "muon"       # "muon" (Muon on 2-D params + AdamW) or "adam"
+    std_floor: float = 1e-6  # σ threshold of the standardisation (1e-6 = paper)
+    optimizer: str = "muon"  # "muon" (Muon on 2-D params + AdamW) or "adam"
     d_model: int = 64
     heads: int = 2
     layers: int = 2
     ffn: int = 256
-    track: int = 2                # groups whose p and q are recorded each episode
-    old_logp: str = "sampling"    # behaviour log-probs kept from sampling (KV path), or "teacher_forced"
-    reward_noise: float = 0.0     # std of Gaussian noise added to group/candidate scores (0 = paper)
+    track: int = 2  # groups whose p and q are recorded each episode
+    old_logp: str = "sampling"  # behaviour log-probs kept from sampling (KV path), or "teacher_forced"
+    reward_noise: float = 0.0  # std of Gaussian noise added to group/candidate scores (0 = paper)
 
     def __post_init__(self):
         m = methods.get(self.method)
         _require(m.loss is not None, "method", "has no token-task loss (bandit only)", self.method)
         tasks.check_task(self.target, self.reward)
         if m.dense_only:
-            _require(self.reward in tasks.DENSE_REWARDS, "reward",
-                     f"must be dense {tasks.DENSE_REWARDS} for {self.method}", self.reward)
+            _require(
+                self.reward in tasks.DENSE_REWARDS,
+                "reward",
+                f"must be dense {tasks.DENSE_REWARDS} for {self.method}",
+                self.reward,
+            )
         _int("H", self.H, 2, 64)
         _int("V", self.V, 2, 4096)
         _int("B", self.B, 1)
@@ -77,11 +86,21 @@ class TokenConfig:
         _require(isinstance(self.beta, (int, float)) and self.beta >= 0, "beta", "must be >= 0", self.beta)
         _require(self.optimizer in ("muon", "adam"), "optimizer", "must be 'muon' or 'adam'", self.optimizer)
         _int("track", self.track, 0)
-        _require(self.old_logp in ("teacher_forced", "sampling"), "old_logp",
-                 "must be 'teacher_forced' or 'sampling'", self.old_logp)
-        _require(isinstance(self.reward_noise, (int, float)) and not isinstance(self.reward_noise, bool)
-                 and math.isfinite(self.reward_noise) and self.reward_noise >= 0,
-                 "reward_noise", "must be a finite number >= 0", self.reward_noise)
+        _require(
+            self.old_logp in ("teacher_forced", "sampling"),
+            "old_logp",
+            "must be 'teacher_forced' or 'sampling'",
+            self.old_logp,
+        )
+        _require(
+            isinstance(self.reward_noise, (int, float))
+            and not isinstance(self.reward_noise, bool)
+            and math.isfinite(self.reward_noise)
+            and self.reward_noise >= 0,
+            "reward_noise",
+            "must be a finite number >= 0",
+            self.reward_noise,
+        )
         _require(self.d_model % max(self.heads, 1) == 0, "heads", f"must divide d_model={self.d_model}", self.heads)
 
     @property
@@ -149,8 +168,12 @@ class BanditConfig:
         _int("steps", self.steps, 1)
         _int("batch", self.batch, 1)
         _int("eval_every", self.eval_every, 1)
-        _require(self.steps % self.eval_every == 0, "steps", f"must be a multiple of eval_every={self.eval_every}",
-                 self.steps)
+        _require(
+            self.steps % self.eval_every == 0,
+            "steps",
+            f"must be a multiple of eval_every={self.eval_every}",
+            self.steps,
+        )
         _pos("lr", self.lr)
         _pos("eta", self.eta)
 
@@ -189,11 +212,19 @@ def check_sweep(cfg, sweep) -> list[dict]:
     lengths = set()
     for name, values in sweep.items():
         _require(name in allowed, "sweep", f"keys must be traced knobs {allowed}", name)
-        _require(isinstance(values, (list, tuple)) and len(values) > 0, f"sweep[{name!r}]",
-                 "must be a non-empty list of numbers", values)
+        _require(
+            isinstance(values, (list, tuple)) and len(values) > 0,
+            f"sweep[{name!r}]",
+            "must be a non-empty list of numbers",
+            values,
+        )
         lengths.add(len(values))
-    _require(len(lengths) == 1, "sweep", "lists must all have the same length (values are zipped)",
-             {k: len(v) for k, v in sweep.items()})
+    _require(
+        len(lengths) == 1,
+        "sweep",
+        "lists must all have the same length (values are zipped)",
+        {k: len(v) for k, v in sweep.items()},
+    )
     n = lengths.pop()
     points = [{k: v[i] for k, v in sweep.items()} for i in range(n)]
     for p in points:

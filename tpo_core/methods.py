@@ -13,6 +13,7 @@ Sampling kinds on the token tasks:
 
 Hyperparameters ``hp``: eta, beta, clip_eps, std_floor (see :class:`tpo_core.config.TokenConfig`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,15 +29,15 @@ from . import losses as L
 class Method:
     name: str
     title: str
-    sampling: str              # "group" | "single" | "token"
-    epochs: int                # default number of update epochs per batch
-    loss: Callable             # (batch, hp) -> scalar, on the token tasks
+    sampling: str  # "group" | "single" | "token"
+    epochs: int  # default number of update epochs per batch
+    loss: Callable  # (batch, hp) -> scalar, on the token tasks
     summary: str
-    variant: str = "paper"     # "paper", "ablation", "TRL/verl", "DAPO", "beyond the paper"
+    variant: str = "paper"  # "paper", "ablation", "TRL/verl", "DAPO", "beyond the paper"
     bandit: Optional[Callable] = None  # (logits, actions, labels, adv, hp) -> scalar
-    learned: tuple = ()        # names of extra scalar parameters learned with the policy (V-MPO)
-    oversample: float = 1.0    # refill variants: groups drawn per episode = round(B·oversample) (see tpo_refill)
-    refill: bool = False       # keep the first B informative groups of the draw; mask the rest (batch["keep"])
+    learned: tuple = ()  # names of extra scalar parameters learned with the policy (V-MPO)
+    oversample: float = 1.0  # refill variants: groups drawn per episode = round(B·oversample) (see tpo_refill)
+    refill: bool = False  # keep the first B informative groups of the draw; mask the rest (batch["keep"])
 
     @property
     def dense_only(self) -> bool:
@@ -89,8 +90,8 @@ def refill_select(scores, B: int):
     loss masks it), so ``keep.mean()`` is the fill fraction. DAPO itself keeps sampling until the batch is
     full; with a fixed oversampling factor the batch is filled from what was drawn and the shortfall logged.
     """
-    informative = ~L.zero_variance(scores)                                   # [N]
-    order = jnp.argsort((~informative).astype(jnp.int32), stable=True)       # informative first, draw order kept
+    informative = ~L.zero_variance(scores)  # [N]
+    order = jnp.argsort((~informative).astype(jnp.int32), stable=True)  # informative first, draw order kept
     idx = order[:B]
     return idx, informative[idx]
 
@@ -98,7 +99,7 @@ def refill_select(scores, B: int):
 def _tpo_refill_loss(b, hp):
     """TPO's cross-entropy to q, averaged over the kept (informative) groups only; 0 when none is kept."""
     q = L.tpo_target(b["logp_old"], b["scores"], hp["eta"], std_floor=hp["std_floor"])
-    ce = -(q * jax.nn.log_softmax(b["logp"], axis=-1)).sum(-1)               # [B]
+    ce = -(q * jax.nn.log_softmax(b["logp"], axis=-1)).sum(-1)  # [B]
     keep = b["keep"].astype(jnp.float32)
     return (ce * keep).sum() / jnp.maximum(keep.sum(), 1.0)
 
@@ -111,10 +112,17 @@ def tpo_refill(oversample: float = 2.0, name: str | None = None) -> Method:
     if not (isinstance(oversample, (int, float)) and oversample >= 1):
         raise ValueError(f"oversample must be a number >= 1, got {oversample!r}")
     return Method(
-        name or f"tpo_refill_x{oversample:g}", f"TPO + refill (×{oversample:g})", "group", 4, _tpo_refill_loss,
+        name or f"tpo_refill_x{oversample:g}",
+        f"TPO + refill (×{oversample:g})",
+        "group",
+        4,
+        _tpo_refill_loss,
         f"TPO on the first B informative groups of {oversample:g}·B drawn (DAPO's dynamic sampling, fixed "
         "oversampling; zero-variance filler masked when fewer are informative).",
-        variant="beyond the paper", oversample=float(oversample), refill=True)
+        variant="beyond the paper",
+        oversample=float(oversample),
+        refill=True,
+    )
 
 
 REGISTRY: dict[str, Method] = {}
@@ -125,87 +133,199 @@ def register(method: Method) -> Method:
     return method
 
 
-register(Method(
-    "tpo", "TPO", "group", 4,
-    lambda b, hp: L.tpo_loss(b["logp"], b["logp_old"], b["scores"], hp["eta"], std_floor=hp["std_floor"]),
-    "Cross-entropy to q ∝ p_old·exp(u/η) over the K completions of each prompt.",
-    bandit=_bandit_tpo))
-register(Method(
-    "tpo_no_anchor", "TPO (no anchor)", "group", 4,
-    lambda b, hp: L.tpo_loss(b["logp"], b["logp_old"], b["scores"], hp["eta"], anchor=False),
-    "Ablation: q = softmax(u/η), forgetting p_old.", variant="ablation"))
-register(Method(
-    "group_pg", "Group PG", "group", 4,
-    lambda b, hp: L.group_pg_loss(b["logp"], b["scores"], hp["eta"]),
-    "Ablation: -Σ (u_i/η) log π(y_i), no target, no ratio.", variant="ablation",
-    bandit=_bandit_group_pg))
-register(Method(
-    "grpo", "GRPO", "group", 4,
-    lambda b, hp: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=hp["beta"], clip_eps=hp["clip_eps"]),
-    "Paper semantics: population std, sequence-level ratio, k3 KL to the rollout, β 0.04, clip 0.2.",
-    bandit=_bandit_grpo))
-register(Method(
-    "grpo_no_kl", "GRPO (no KL)", "group", 4,
-    lambda b, hp: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=0.0, clip_eps=hp["clip_eps"]),
-    "GRPO with β = 0."))
-register(Method(
-    "grpo_masked", "GRPO (masked)", "group", 4,
-    lambda b, hp: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=hp["beta"], clip_eps=hp["clip_eps"],
-                              mask_zero_var=True),
-    "GRPO with zero-variance groups dropped (mean over informative groups)."))
-register(Method(
-    "grpo_trl", "GRPO (TRL/verl)", "group", 4,
-    lambda b, hp: L.grpo_token_ratio_loss(b["token_logp"], b["token_logp_old"], b["scores"], beta=hp["beta"],
-                                          clip_eps=hp["clip_eps"], ddof=1),
-    "TRL/verl flavour: sample std, per-token ratio and KL, mean over tokens then completions.",
-    variant="TRL/verl"))
-register(Method(
-    "dapo", "DAPO", "group", 4,
-    lambda b, hp: L.dapo_loss(b["token_logp"], b["token_logp_old"], b["scores"], clip_eps=hp["clip_eps"]),
-    "Clip-higher (0.2/0.28), token-level aggregation, no KL, all-equal groups dropped.",
-    variant="DAPO"))
-register(Method(
-    "rloo", "RLOO", "group", 1,
-    lambda b, hp: L.rloo_loss(b["logp"], b["scores"]),
-    "REINFORCE with a leave-one-out baseline over the group.", variant="beyond the paper"))
-register(Method(
-    "rebel", "REBEL", "group", 4,
-    lambda b, hp: L.rebel_loss(b["logp"], b["logp_old"], b["scores"], hp["eta"]),
-    "Regress log-ratio differences onto reward differences over all pairs.", variant="beyond the paper"))
-register(Method(
-    "vmpo", "V-MPO (group)", "group", 4,
-    lambda b, hp: L.vmpo_loss(b["logp"], b["logp_old"], b["scores"], b["learned"]["log_temperature"],
-                              b["learned"]["log_alpha"]),
-    "q ∝ π_old·exp(A/η) on the top half, learned η, KL trust region; no critic.",
-    variant="beyond the paper", learned=("log_temperature", "log_alpha")))
+register(
+    Method(
+        "tpo",
+        "TPO",
+        "group",
+        4,
+        lambda b, hp: L.tpo_loss(b["logp"], b["logp_old"], b["scores"], hp["eta"], std_floor=hp["std_floor"]),
+        "Cross-entropy to q ∝ p_old·exp(u/η) over the K completions of each prompt.",
+        bandit=_bandit_tpo,
+    )
+)
+register(
+    Method(
+        "tpo_no_anchor",
+        "TPO (no anchor)",
+        "group",
+        4,
+        lambda b, hp: L.tpo_loss(b["logp"], b["logp_old"], b["scores"], hp["eta"], anchor=False),
+        "Ablation: q = softmax(u/η), forgetting p_old.",
+        variant="ablation",
+    )
+)
+register(
+    Method(
+        "group_pg",
+        "Group PG",
+        "group",
+        4,
+        lambda b, hp: L.group_pg_loss(b["logp"], b["scores"], hp["eta"]),
+        "Ablation: -Σ (u_i/η) log π(y_i), no target, no ratio.",
+        variant="ablation",
+        bandit=_bandit_group_pg,
+    )
+)
+register(
+    Method(
+        "grpo",
+        "GRPO",
+        "group",
+        4,
+        lambda b, hp: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=hp["beta"], clip_eps=hp["clip_eps"]),
+        "Paper semantics: population std, sequence-level ratio, k3 KL to the rollout, β 0.04, clip 0.2.",
+        bandit=_bandit_grpo,
+    )
+)
+register(
+    Method(
+        "grpo_no_kl",
+        "GRPO (no KL)",
+        "group",
+        4,
+        lambda b, hp: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=0.0, clip_eps=hp["clip_eps"]),
+        "GRPO with β = 0.",
+    )
+)
+register(
+    Method(
+        "grpo_masked",
+        "GRPO (masked)",
+        "group",
+        4,
+        lambda b, hp: L.grpo_loss(
+            b["logp"], b["logp_old"], b["scores"], beta=hp["beta"], clip_eps=hp["clip_eps"], mask_zero_var=True
+        ),
+        "GRPO with zero-variance groups dropped (mean over informative groups).",
+    )
+)
+register(
+    Method(
+        "grpo_trl",
+        "GRPO (TRL/verl)",
+        "group",
+        4,
+        lambda b, hp: L.grpo_token_ratio_loss(
+            b["token_logp"], b["token_logp_old"], b["scores"], beta=hp["beta"], clip_eps=hp["clip_eps"], ddof=1
+        ),
+        "TRL/verl flavour: sample std, per-token ratio and KL, mean over tokens then completions.",
+        variant="TRL/verl",
+    )
+)
+register(
+    Method(
+        "dapo",
+        "DAPO",
+        "group",
+        4,
+        lambda b, hp: L.dapo_loss(b["token_logp"], b["token_logp_old"], b["scores"], clip_eps=hp["clip_eps"]),
+        "Clip-higher (0.2/0.28), token-level aggregation, no KL, all-equal groups dropped.",
+        variant="DAPO",
+    )
+)
+register(
+    Method(
+        "rloo",
+        "RLOO",
+        "group",
+        1,
+        lambda b, hp: L.rloo_loss(b["logp"], b["scores"]),
+        "REINFORCE with a leave-one-out baseline over the group.",
+        variant="beyond the paper",
+    )
+)
+register(
+    Method(
+        "rebel",
+        "REBEL",
+        "group",
+        4,
+        lambda b, hp: L.rebel_loss(b["logp"], b["logp_old"], b["scores"], hp["eta"]),
+        "Regress log-ratio differences onto reward differences over all pairs.",
+        variant="beyond the paper",
+    )
+)
+register(
+    Method(
+        "vmpo",
+        "V-MPO (group)",
+        "group",
+        4,
+        lambda b, hp: L.vmpo_loss(
+            b["logp"], b["logp_old"], b["scores"], b["learned"]["log_temperature"], b["learned"]["log_alpha"]
+        ),
+        "q ∝ π_old·exp(A/η) on the top half, learned η, KL trust region; no critic.",
+        variant="beyond the paper",
+        learned=("log_temperature", "log_alpha"),
+    )
+)
 register(tpo_refill(2.0, "tpo_refill"))
-register(Method(
-    "tpo_token", "TPO_token", "token", 4,
-    lambda b, hp: L.tpo_token_loss(b["logp"], b["logp_old"], b["scores"], hp["eta"]),
-    "Per-state TPO over K i.i.d. next-token candidates (dense rewards)."))
-register(Method(
-    "grpo_token", "GRPO_token", "token", 4,
-    lambda b, hp: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=hp["beta"], clip_eps=hp["clip_eps"]),
-    "GRPO on single-token log-probs of the per-state candidates (dense rewards)."))
-register(Method(
-    "ppo", "PPO", "single", 4,
-    lambda b, hp: L.ppo_loss(b["token_logp"], b["token_logp_old"], _adv(b), clip_eps=hp["clip_eps"]),
-    "Per-token clipped surrogate, A_t = r_t - per-position batch mean, no critic."))
-register(Method(
-    "pg", "PG", "single", 4,
-    lambda b, hp: L.pg_loss(b["token_logp"], _adv(b)),
-    "REINFORCE with the per-position batch-mean baseline.",
-    bandit=lambda logits, a, y, adv, hp: L.pg_loss(_picked(logits, a)[:, None], adv[:, None])))
-register(Method(
-    "dg", "DG", "single", 1,
-    lambda b, hp: L.dg_loss(b["token_logp"], _adv(b), hp["eta"]),
-    "Delightful PG: gate sigmoid(A·surprisal/η) on the PG term (1 epoch; diverges with more).",
-    bandit=lambda logits, a, y, adv, hp: L.dg_loss(_picked(logits, a)[:, None], adv[:, None], hp["eta"])))
-register(Method(
-    "ce", "CE (supervised)", "bandit", 1, None,
-    "Supervised cross-entropy with the true label: the supervised reference, not RL and not an upper bound "
-    "(it sees every label, and on a small training set it overfits).",
-    variant="supervised", bandit=lambda logits, a, y, adv, hp: L.cross_entropy_loss(logits, y)))
+register(
+    Method(
+        "tpo_token",
+        "TPO_token",
+        "token",
+        4,
+        lambda b, hp: L.tpo_token_loss(b["logp"], b["logp_old"], b["scores"], hp["eta"]),
+        "Per-state TPO over K i.i.d. next-token candidates (dense rewards).",
+    )
+)
+register(
+    Method(
+        "grpo_token",
+        "GRPO_token",
+        "token",
+        4,
+        lambda b, hp: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=hp["beta"], clip_eps=hp["clip_eps"]),
+        "GRPO on single-token log-probs of the per-state candidates (dense rewards).",
+    )
+)
+register(
+    Method(
+        "ppo",
+        "PPO",
+        "single",
+        4,
+        lambda b, hp: L.ppo_loss(b["token_logp"], b["token_logp_old"], _adv(b), clip_eps=hp["clip_eps"]),
+        "Per-token clipped surrogate, A_t = r_t - per-position batch mean, no critic.",
+    )
+)
+register(
+    Method(
+        "pg",
+        "PG",
+        "single",
+        4,
+        lambda b, hp: L.pg_loss(b["token_logp"], _adv(b)),
+        "REINFORCE with the per-position batch-mean baseline.",
+        bandit=lambda logits, a, y, adv, hp: L.pg_loss(_picked(logits, a)[:, None], adv[:, None]),
+    )
+)
+register(
+    Method(
+        "dg",
+        "DG",
+        "single",
+        1,
+        lambda b, hp: L.dg_loss(b["token_logp"], _adv(b), hp["eta"]),
+        "Delightful PG: gate sigmoid(A·surprisal/η) on the PG term (1 epoch; diverges with more).",
+        bandit=lambda logits, a, y, adv, hp: L.dg_loss(_picked(logits, a)[:, None], adv[:, None], hp["eta"]),
+    )
+)
+register(
+    Method(
+        "ce",
+        "CE (supervised)",
+        "bandit",
+        1,
+        None,
+        "Supervised cross-entropy with the true label: the supervised reference, not RL and not an upper bound "
+        "(it sees every label, and on a small training set it overfits).",
+        variant="supervised",
+        bandit=lambda logits, a, y, adv, hp: L.cross_entropy_loss(logits, y),
+    )
+)
 
 TOKEN_METHODS = tuple(n for n, m in REGISTRY.items() if m.loss is not None)
 BANDIT_METHODS = tuple(n for n, m in REGISTRY.items() if m.bandit is not None)

@@ -17,6 +17,7 @@ One token-task episode (arXiv 2604.06159 §3.4–3.6; the reference repository's
     refill variants (``tpo_refill``): round(B·r) prompts drawn, the first B informative groups kept
     epochs × { loss(batch) -> grads -> Muon/AdamW update }   # full batch, q/advantages frozen
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,8 +47,12 @@ def optimizer_route(params):
 def muon_adamw(learning_rate: float):
     """Muon on 2-D parameters, AdamW (weight decay 0, Nesterov) on the rest, as the paper does."""
     return optax.multi_transform(
-        {"muon": optax.contrib.muon(learning_rate),
-         "adamw": optax.adamw(learning_rate, weight_decay=0.0, nesterov=True)}, optimizer_route)
+        {
+            "muon": optax.contrib.muon(learning_rate),
+            "adamw": optax.adamw(learning_rate, weight_decay=0.0, nesterov=True),
+        },
+        optimizer_route,
+    )
 
 
 def make_optimizer(name: str):
@@ -73,10 +78,10 @@ class Program:
     n, *data)`` advances every run by ``n`` episodes and returns metrics [runs, n, ...].
     """
 
-    init_runs: Callable             # (keys [N], knobs {name: [N]}) -> carry
-    chunk: Callable                 # (carry, start, n, *data) -> (carry, metrics with [N, n, ...])
-    knobs: dict                     # this configuration's traced scalars
-    data: tuple = ()                # arrays passed to every chunk (bandit images)
+    init_runs: Callable  # (keys [N], knobs {name: [N]}) -> carry
+    chunk: Callable  # (carry, start, n, *data) -> (carry, metrics with [N, n, ...])
+    knobs: dict  # this configuration's traced scalars
+    data: tuple = ()  # arrays passed to every chunk (bandit images)
     unit: str = "episodes"
 
     def init(self, seeds: Sequence[int], points: Sequence[dict] | None = None):
@@ -86,8 +91,9 @@ class Program:
         keys = runtime.seed_keys([s for _ in points for s in seeds])
         return runtime.shard_leading(self.init_runs(keys, knobs), len(rows))
 
-    def run(self, seeds: Sequence[int], n: int, chunk_size: int | None = None,
-            points: Sequence[dict] | None = None) -> Iterator[tuple[int, dict]]:
+    def run(
+        self, seeds: Sequence[int], n: int, chunk_size: int | None = None, points: Sequence[dict] | None = None
+    ) -> Iterator[tuple[int, dict]]:
         """Yield ``(done, metrics)`` after each chunk; metrics are numpy [runs, chunk, ...]."""
         carry = self.init(seeds, points)
         size = chunk_plan(n, chunk_size)
@@ -190,25 +196,28 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
         kp, ksmp, kc = jax.random.split(jax.random.fold_in(key, e), 3)
         prompts = jax.random.randint(kp, (n_draw, H), 0, V)
         policy = model(params)
-        answers, logp_full_old = policy.sample(prompts, ksmp, ks)             # [B, ks, H], [B, ks, H, V]
+        answers, logp_full_old = policy.sample(prompts, ksmp, ks)  # [B, ks, H], [B, ks, H, V]
         if cfg.old_logp == "teacher_forced":  # recompute with the loss's own forward (+1 forward per episode)
             logp_full_old = policy.answer_logprobs(prompts, answers)
-        target = tasks.target_tokens(prompts, cfg.target, V)                   # [B, H]
+        target = tasks.target_tokens(prompts, cfg.target, V)  # [B, H]
         correct = answers == target[:, None, :]
-        rewards = tasks.token_rewards(correct, cfg.reward)                     # [B, ks, H]
-        scores = tasks.sequence_scores(rewards)                                # [B, ks]
-        token_logp_old = _gather(logp_full_old, answers)                       # [B, ks, H]
+        rewards = tasks.token_rewards(correct, cfg.reward)  # [B, ks, H]
+        scores = tasks.sequence_scores(rewards)  # [B, ks]
+        token_logp_old = _gather(logp_full_old, answers)  # [B, ks, H]
         batch = dict(prompts=prompts, answers=answers)
         if spec.sampling == "group":
             batch.update(logp_old=token_logp_old.sum(-1), scores=scores, token_logp_old=token_logp_old)
         elif spec.sampling == "single":
             batch.update(token_logp_old=token_logp_old[:, 0], rewards=rewards[:, 0])
         else:  # token: K i.i.d. candidates per state, candidate 0 = the behaviour token
-            lp = logp_full_old[:, 0]                                           # [B, H, V]
+            lp = logp_full_old[:, 0]  # [B, H, V]
             extra = jax.random.categorical(kc, lp[:, :, None, :], shape=(B, H, K - 1))
-            cand = jnp.concatenate([answers[:, 0, :, None], extra], -1)        # [B, H, K]
-            batch.update(cand=cand, logp_old=jnp.take_along_axis(lp, cand, -1),
-                         scores=tasks.candidate_rewards(cand == target[:, :, None], correct[:, 0], cfg.reward))
+            cand = jnp.concatenate([answers[:, 0, :, None], extra], -1)  # [B, H, K]
+            batch.update(
+                cand=cand,
+                logp_old=jnp.take_along_axis(lp, cand, -1),
+                scores=tasks.candidate_rewards(cand == target[:, :, None], correct[:, 0], cfg.reward),
+            )
         if "scores" in batch:  # optional score noise (σ = reward_noise, 0 by default); error stays noiseless
             noise_key = jax.random.fold_in(jax.random.fold_in(key, e), NOISE_STREAM)
             noise = jax.random.normal(noise_key, batch["scores"].shape)
@@ -256,11 +265,17 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
             return (new_params, opt), (loss, optax.tree.norm(grads["model"]), step, p_track)
 
         (params, opt), (loss, gnorm, step, p_track) = jax.lax.scan(
-            epoch, (state["params"], state["opt"]), None, length=E)
+            epoch, (state["params"], state["opt"]), None, length=E
+        )
         with jax.named_scope("metrics"):
-            metrics = dict(error=error, loss=loss[0], grad_norm=gnorm[0], grad_norm_last=gnorm[-1],
-                           step_norm=step[0],  # ‖Δθ‖ of the first epoch's update (Muon/Adam: not ∝ ‖∇L‖)
-                           update_norm=_param_delta_norm(params["model"], state["params"]["model"]))  # whole episode
+            metrics = dict(
+                error=error,
+                loss=loss[0],
+                grad_norm=gnorm[0],
+                grad_norm_last=gnorm[-1],
+                step_norm=step[0],  # ‖Δθ‖ of the first epoch's update (Muon/Adam: not ∝ ‖∇L‖)
+                update_norm=_param_delta_norm(params["model"], state["params"]["model"]),
+            )  # whole episode
             if spec.refill:  # share of the B training groups that are informative (1 = the refill filled it)
                 metrics["fill_frac"] = batch["keep"].astype(jnp.float32).mean()
             if "scores" in batch:  # group and token methods: group statistics and TPO's target
@@ -278,20 +293,30 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
                     tv=0.5 * jnp.abs(q - p_old).sum(-1).mean(),
                     success_mass=((q * good).sum(-1) * informative).sum() / jnp.maximum(informative.sum(), 1.0),
                     success_mass_old=((jax.nn.softmax(lo, -1) * good).sum(-1) * informative).sum()
-                    / jnp.maximum(informative.sum(), 1.0))
+                    / jnp.maximum(informative.sum(), 1.0),
+                )
                 if spec.sampling == "group" and n_track:
                     idx = _tracked(s)
-                    metrics.update(track_q=q[idx], track_p=jnp.moveaxis(p_track, 0, 1),  # p: [n_track, epochs, K]
-                                   track_scores=s[idx], track_informative=~zero[idx])
+                    metrics.update(
+                        track_q=q[idx],
+                        track_p=jnp.moveaxis(p_track, 0, 1),  # p: [n_track, epochs, K]
+                        track_scores=s[idx],
+                        track_informative=~zero[idx],
+                    )
             else:
-                metrics.update({k: jnp.zeros(()) for k in ("zero_var_frac", "success_mass", "success_mass_old",
-                                                            "entropy_p_old", "tv")})
+                metrics.update(
+                    {
+                        k: jnp.zeros(())
+                        for k in ("zero_var_frac", "success_mass", "success_mass_old", "entropy_p_old", "tv")
+                    }
+                )
         return dict(state, params=params, opt=opt), metrics
 
     @functools.partial(runtime.TopLevelJit, static_argnums=2, options=runtime.chunk_compiler_options())
     def chunk(carry, start, n):
         def one_run(state):
             return jax.lax.scan(episode, state, start + jnp.arange(n))
+
         return _map_runs(one_run, carry, run_batch)
 
     chunk.parts = dict(init_one=init_one, rollout=rollout, loss_fn=loss_fn, tx=tx, episode=episode)  # profiling
@@ -307,8 +332,9 @@ def make_bandit_program(cfg: BanditConfig, dataset, run_batch: int | None = None
     check_run_batch(run_batch)
     runtime.release_compiled()
     init_runs, chunk, data = _bandit_program(cfg.static, dataset, run_batch)
-    return Program(init_runs=init_runs, chunk=chunk, knobs=cfg.knobs, data=data,
-                   unit=f"blocks of {cfg.eval_every} steps")
+    return Program(
+        init_runs=init_runs, chunk=chunk, knobs=cfg.knobs, data=data, unit=f"blocks of {cfg.eval_every} steps"
+    )
 
 
 @functools.lru_cache(maxsize=32)
@@ -341,8 +367,12 @@ def _bandit_program(cfg: BanditConfig, dataset, run_batch: int | None = None):
         loss, grads = jax.value_and_grad(loss_fn)(state["params"])
         updates, opt = tx.update(grads, state["opt"], state["params"])
         params = optax.apply_updates(state["params"], updates)
-        metrics = dict(train_error=1.0 - reward.mean(), loss=loss, grad_norm=optax.tree.norm(grads),
-                       step_norm=optax.tree.norm(updates))
+        metrics = dict(
+            train_error=1.0 - reward.mean(),
+            loss=loss,
+            grad_norm=optax.tree.norm(grads),
+            step_norm=optax.tree.norm(updates),
+        )
         return dict(state, params=params, opt=opt), metrics
 
     def block(state, b, x_train, y_train, x_test, y_test):
@@ -356,8 +386,10 @@ def _bandit_program(cfg: BanditConfig, dataset, run_batch: int | None = None):
     @functools.partial(runtime.TopLevelJit, static_argnums=2, options=runtime.chunk_compiler_options())
     def chunk(carry, start, n, x_train, y_train, x_test, y_test):
         def one_run(state):
-            return jax.lax.scan(lambda st, b: block(st, b, x_train, y_train, x_test, y_test),
-                                state, start + jnp.arange(n))
+            return jax.lax.scan(
+                lambda st, b: block(st, b, x_train, y_train, x_test, y_test), state, start + jnp.arange(n)
+            )
+
         return _map_runs(one_run, carry, run_batch)
 
     data = tuple(jnp.asarray(a) for a in (dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test))
@@ -383,8 +415,14 @@ def _collect(program: Program, seeds, n: int, chunk_size, callback, points) -> d
     return out
 
 
-def train_tokens(cfg: TokenConfig, seeds: Sequence[int] = (0,), chunk_size: int | None = None,
-                 callback: Callable | None = None, sweep: dict | None = None, run_batch: int | None = None) -> dict:
+def train_tokens(
+    cfg: TokenConfig,
+    seeds: Sequence[int] = (0,),
+    chunk_size: int | None = None,
+    callback: Callable | None = None,
+    sweep: dict | None = None,
+    run_batch: int | None = None,
+) -> dict:
     """Run ``cfg`` for every seed; returns metrics as numpy arrays [S, episodes, ...].
 
     ``sweep={"eta": [0.25, 0.5, 1, 2, 4]}`` (any of ``cfg.knobs``; several keys are zipped) runs every
@@ -419,13 +457,22 @@ def check_memory(cfg: TokenConfig, n_runs: int, n_seeds: int | None = None, avai
         raise ValueError(
             f"B={cfg.B}, K={cfg.K}, H={cfg.H} with {seeds} seed(s) ({n_runs} run(s) at once) needs at least "
             f"{_gib(need)} for one training step but {_gib(available)} is available: lower B, K, H, the seeds, "
-            f"or run_batch")
+            f"or run_batch"
+        )
 
 
-def train_bandit(cfg: BanditConfig, dataset, seeds: Sequence[int] = (0,), chunk_size: int | None = None,
-                 callback: Callable | None = None, sweep: dict | None = None, run_batch: int | None = None) -> dict:
+def train_bandit(
+    cfg: BanditConfig,
+    dataset,
+    seeds: Sequence[int] = (0,),
+    chunk_size: int | None = None,
+    callback: Callable | None = None,
+    sweep: dict | None = None,
+    run_batch: int | None = None,
+) -> dict:
     """Run the bandit for every seed; metrics [S, steps // eval_every] (test error after each block), or
     [P, S, ...] with ``sweep`` (keys from ``cfg.knobs``: eta, lr); ``run_batch`` as in :func:`train_tokens`."""
     points = check_sweep(cfg, sweep) if sweep else None
-    return _collect(make_bandit_program(cfg, dataset, run_batch), seeds, cfg.steps // cfg.eval_every, chunk_size,
-                    callback, points)
+    return _collect(
+        make_bandit_program(cfg, dataset, run_batch), seeds, cfg.steps // cfg.eval_every, chunk_size, callback, points
+    )

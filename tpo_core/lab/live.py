@@ -11,6 +11,7 @@ chunks, so a configuration compiles exactly two chunk shapes (:func:`schedule`).
 snapshot into plotly figures. Nothing here imports gradio or ``demos``: the package alone (as Colab installs it)
 runs it.
 """
+
 from __future__ import annotations
 
 import collections
@@ -37,9 +38,9 @@ MAX_B = 256
 MAX_SEEDS = 4
 MAX_METHODS = 4
 H_MIN, H_MAX = 2, 10
-CHUNK = 5                  # token episodes per streamed update (after the first, 1-episode chunk)
-BANDIT_EVAL_EVERY = 100    # bandit steps per evaluation block
-BANDIT_CHUNK = 5           # bandit blocks per streamed update
+CHUNK = 5  # token episodes per streamed update (after the first, 1-episode chunk)
+BANDIT_EVAL_EVERY = 100  # bandit steps per evaluation block
+BANDIT_CHUNK = 5  # bandit blocks per streamed update
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,17 +48,18 @@ class Request:
     """A validated training request: one config per method."""
 
     task: str
-    configs: tuple            # ((method, TokenConfig | BanditConfig), ...)
+    configs: tuple  # ((method, TokenConfig | BanditConfig), ...)
     seeds: tuple
-    total: int                # episodes (token) or evaluation blocks (bandit)
+    total: int  # episodes (token) or evaluation blocks (bandit)
 
     @property
     def unit(self) -> str:
         return "episode" if self.task == "token reversal" else "step"
 
 
-def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episodes=300, n_seeds=1, seed=0,
-             bandit_steps=3000) -> Request:
+def validate(
+    task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episodes=300, n_seeds=1, seed=0, bandit_steps=3000
+) -> Request:
     """Turn raw UI values into a :class:`Request`, or raise ``InputError`` (a ``ValueError``) naming the input."""
     if task not in TASKS:
         raise InputError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
@@ -69,8 +71,9 @@ def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episode
     if not methods:
         raise InputError("methods: pick at least one method")
     if len(methods) > MAX_METHODS:
-        raise InputError(f"methods: pick at most {MAX_METHODS} at once (each one trains its own model), "
-                         f"got {len(methods)}")
+        raise InputError(
+            f"methods: pick at most {MAX_METHODS} at once (each one trains its own model), got {len(methods)}"
+        )
     eta_f = check_eta(eta)
     n_seeds = check_int("seeds", n_seeds, 1, MAX_SEEDS)
     seed = check_int("seed", seed, 0, 2**31 - 1)
@@ -85,11 +88,11 @@ def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episode
         episodes = check_int("episodes", episodes, 1, MAX_EPISODES)
         for m in methods:
             if m not in M.TOKEN_METHODS:
-                raise InputError(f"methods: {m!r} does not run on the token task; choose from "
-                                 f"{', '.join(M.TOKEN_METHODS)}")
+                raise InputError(
+                    f"methods: {m!r} does not run on the token task; choose from {', '.join(M.TOKEN_METHODS)}"
+                )
             if M.REGISTRY[m].dense_only and reward not in ("bag", "sequential"):
-                raise InputError(f"methods: {m} needs a dense reward (bag or sequential), "
-                                 f"but reward = {reward}")
+                raise InputError(f"methods: {m} needs a dense reward (bag or sequential), but reward = {reward}")
             try:
                 cfg = TokenConfig(method=m, reward=reward, H=H, B=B, K=K, eta=eta_f, episodes=episodes)
             except ValueError as e:
@@ -101,8 +104,9 @@ def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episode
         raise InputError(f"MNIST steps must be a multiple of {BANDIT_EVAL_EVERY}, got {steps}")
     for m in methods:
         if m not in M.BANDIT_METHODS:
-            raise InputError(f"methods: {m!r} does not run on the MNIST bandit; choose from "
-                             f"{', '.join(M.BANDIT_METHODS)}")
+            raise InputError(
+                f"methods: {m!r} does not run on the MNIST bandit; choose from {', '.join(M.BANDIT_METHODS)}"
+            )
         configs.append((m, BanditConfig(method=m, steps=steps, eta=eta_f, eval_every=BANDIT_EVAL_EVERY)))
     return Request(task, tuple(configs), seeds, steps // BANDIT_EVAL_EVERY)
 
@@ -123,6 +127,7 @@ def mnist_dataset():
     with _guard:
         if _dataset is None:
             from . import mnist
+
             _dataset = mnist.load()
         return _dataset
 
@@ -193,8 +198,19 @@ def warm(req: Request) -> float:
     return time.perf_counter() - t0
 
 
-KEEP = ("error", "test_error", "train_error", "grad_norm", "step_norm", "zero_var_frac", "success_mass",
-        "track_p", "track_q", "track_scores", "track_informative")
+KEEP = (
+    "error",
+    "test_error",
+    "train_error",
+    "grad_norm",
+    "step_norm",
+    "zero_var_frac",
+    "success_mass",
+    "track_p",
+    "track_q",
+    "track_scores",
+    "track_informative",
+)
 
 
 def stream(req: Request, chunk: int | None = None) -> Iterator[dict]:
@@ -210,9 +226,17 @@ def stream(req: Request, chunk: int | None = None) -> Iterator[dict]:
     programs = {m: program_for(cfg) for m, cfg in req.configs}
     plan = schedule(req.total, chunk)
     cold = any(not is_warm(cfg, n_seeds, n) for _, cfg in req.configs for n in set(plan))
-    hist = {"done": 0, "total": req.total, "seconds": 0.0, "compiling": cold, "task": req.task,
-            "unit": req.unit, "seeds": req.seeds, "metrics": {m: {} for m, _ in req.configs},
-            "epochs": {m: getattr(cfg, "n_epochs", 1) for m, cfg in req.configs}}
+    hist = {
+        "done": 0,
+        "total": req.total,
+        "seconds": 0.0,
+        "compiling": cold,
+        "task": req.task,
+        "unit": req.unit,
+        "seeds": req.seeds,
+        "metrics": {m: {} for m, _ in req.configs},
+        "epochs": {m: getattr(cfg, "n_epochs", 1) for m, cfg in req.configs},
+    }
     yield hist
     carries = {m: programs[m].init(list(req.seeds)) for m, _ in req.configs}  # init is jitted once per program
     done = 0
@@ -241,8 +265,13 @@ def _empty(title, note=""):
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    fig.update_layout(title=title, height=300, margin=dict(l=50, r=20, t=50, b=40),
-                      xaxis=dict(visible=bool(not note)), yaxis=dict(visible=bool(not note)))
+    fig.update_layout(
+        title=title,
+        height=300,
+        margin=dict(l=50, r=20, t=50, b=40),
+        xaxis=dict(visible=bool(not note)),
+        yaxis=dict(visible=bool(not note)),
+    )
     if note:
         fig.add_annotation(text=note, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
     return fig
@@ -253,10 +282,12 @@ def _curves(hist, key, title, y_title, percent, log_y=False):
     if not runs:
         return _empty(title, "waiting for the first chunk…" if hist["done"] == 0 else "not defined for this task")
     T = next(iter(runs.values())).shape[1]
-    fig = curves_figure(runs, title=title, y_title=y_title, percent=percent, log_y=log_y,
-                                 x=_x(hist, T), x_title=hist["unit"])
-    fig.update_layout(height=300, margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.25),
-                      title_font_size=14)
+    fig = curves_figure(
+        runs, title=title, y_title=y_title, percent=percent, log_y=log_y, x=_x(hist, T), x_title=hist["unit"]
+    )
+    fig.update_layout(
+        height=300, margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.25), title_font_size=14
+    )
     return fig
 
 
@@ -270,8 +301,11 @@ def grad_figure(hist):
     """‖∇L‖ (solid) beside ‖Δθ‖ of the optimizer step (dashed), first epoch of each episode, log scale: TPO's
     gradient vanishes on all-fail groups and as p reaches q, but Muon/AdamW normalise the gradient, so the
     step does not vanish with it."""
-    title = ("first epoch: ‖∇L‖ (solid) and the step ‖Δθ‖ (dashed), log" if hist["task"] == "token reversal"
-             else "‖∇L‖ (solid) and the Adam step ‖Δθ‖ (dashed), log")
+    title = (
+        "first epoch: ‖∇L‖ (solid) and the step ‖Δθ‖ (dashed), log"
+        if hist["task"] == "token reversal"
+        else "‖∇L‖ (solid) and the Adam step ‖Δθ‖ (dashed), log"
+    )
     runs, colors = {}, {}
     for m, d in hist["metrics"].items():
         for key, label in (("grad_norm", "‖∇L‖"), ("step_norm", "‖Δθ‖")):
@@ -281,11 +315,16 @@ def grad_figure(hist):
     if not runs:
         return _empty(title, "waiting for the first chunk…")
     T = next(iter(runs.values())).shape[1]
-    fig = curves_figure(runs, title=title, y_title="norm", percent=False, log_y=True, x=_x(hist, T),
-                                 x_title=hist["unit"], colors=colors)
+    fig = curves_figure(
+        runs, title=title, y_title="norm", percent=False, log_y=True, x=_x(hist, T), x_title=hist["unit"], colors=colors
+    )
     fig.for_each_trace(lambda t: t.update(line=dict(dash="dash")) if t.name and "Δθ" in t.name else None)
-    fig.update_layout(height=340, margin=dict(l=55, r=20, t=50, b=40),
-                      legend=dict(orientation="h", x=0.0, y=-0.3, yanchor="top", font_size=11), title_font_size=13)
+    fig.update_layout(
+        height=340,
+        margin=dict(l=55, r=20, t=50, b=40),
+        legend=dict(orientation="h", x=0.0, y=-0.3, yanchor="top", font_size=11),
+        title_font_size=13,
+    )
     fig.update_yaxes(dtick=1, exponentformat="power")  # one label per decade: legible on a log axis
     return fig
 
@@ -305,32 +344,57 @@ def pq_figure(hist, episode: int | None = None):
     tracked = [m for m, d in hist["metrics"].items() if "track_q" in d]
     title = "tracked group: p before each epoch → q"
     if not tracked:
-        note = ("waiting for the first chunk…" if hist["done"] == 0 else
-                "no group to track (single-sample, token-level or bandit methods)")
+        note = (
+            "waiting for the first chunk…"
+            if hist["done"] == 0
+            else "no group to track (single-sample, token-level or bandit methods)"
+        )
         return _empty(title, note)
     T = hist["metrics"][tracked[0]]["track_q"].shape[1]
     t = T - 1 if episode is None else int(min(max(episode, 0), T - 1))
     n = len(tracked)
-    fig = make_subplots(rows=n, cols=1, shared_xaxes=False, vertical_spacing=0.22 if n > 1 else 0.1,
-                        subplot_titles=[_pq_subtitle(m, hist["metrics"][m], t, hist["epochs"][m]) for m in tracked])
+    fig = make_subplots(
+        rows=n,
+        cols=1,
+        shared_xaxes=False,
+        vertical_spacing=0.22 if n > 1 else 0.1,
+        subplot_titles=[_pq_subtitle(m, hist["metrics"][m], t, hist["epochs"][m]) for m in tracked],
+    )
     fig.update_annotations(font_size=11)
     for row, m in enumerate(tracked, 1):
         d = hist["metrics"][m]
-        p = d["track_p"][0, t, 0]          # [epochs, K]
-        q = d["track_q"][0, t, 0]          # [K]
+        p = d["track_p"][0, t, 0]  # [epochs, K]
+        q = d["track_q"][0, t, 0]  # [K]
         s = d["track_scores"][0, t, 0]
         names = [f"y{i + 1}" + ("✓" if v > s.mean() else "") for i, v in enumerate(s)]  # ✓: above the group mean
         E = p.shape[0]
         for e in range(E):
             shade = color("p_old") if e == 0 else color("p")
-            fig.add_trace(go.Bar(x=names, y=p[e], name="p_old (epoch 1)" if e == 0 else f"p before epoch {e + 1}",
-                                 marker_color=shade, opacity=0.35 + 0.65 * (e + 1) / E,
-                                 showlegend=row == 1, legendgroup=f"p{e}"), row, 1)
-        fig.add_trace(go.Bar(x=names, y=q, name="q (TPO target)", marker_color=color("q"),
-                             showlegend=row == 1, legendgroup="q"), row, 1)
-    fig.update_layout(title=dict(text=f"{title}, episode {t}", font=dict(size=13), x=0.0, xanchor="left"),
-                      barmode="group", height=190 + 170 * n, margin=dict(l=55, r=15, t=70, b=40),
-                      legend=dict(orientation="h", x=0.0, y=-0.08, yanchor="top", font_size=10))
+            fig.add_trace(
+                go.Bar(
+                    x=names,
+                    y=p[e],
+                    name="p_old (epoch 1)" if e == 0 else f"p before epoch {e + 1}",
+                    marker_color=shade,
+                    opacity=0.35 + 0.65 * (e + 1) / E,
+                    showlegend=row == 1,
+                    legendgroup=f"p{e}",
+                ),
+                row,
+                1,
+            )
+        fig.add_trace(
+            go.Bar(x=names, y=q, name="q (TPO target)", marker_color=color("q"), showlegend=row == 1, legendgroup="q"),
+            row,
+            1,
+        )
+    fig.update_layout(
+        title=dict(text=f"{title}, episode {t}", font=dict(size=13), x=0.0, xanchor="left"),
+        barmode="group",
+        height=190 + 170 * n,
+        margin=dict(l=55, r=15, t=70, b=40),
+        legend=dict(orientation="h", x=0.0, y=-0.08, yanchor="top", font_size=10),
+    )
     fig.update_xaxes(tickfont_size=10, tickangle=0, automargin=True)
     fig.update_yaxes(tickfont_size=10, automargin=True, rangemode="tozero", title_text="prob.", title_font_size=10)
     return fig
@@ -351,8 +415,7 @@ def status_markdown(hist, backend: str = "cpu") -> str:
     scale = 1 if hist["task"] == "token reversal" else BANDIT_EVAL_EVERY
     head = f"**{done * scale} / {total * scale} {unit}s** · {hist['seconds']:.1f} s · backend {backend.upper()}"
     if done == 0:
-        msg = ("compiling this configuration (once, then cached)…" if hist["compiling"]
-               else "starting…")
+        msg = "compiling this configuration (once, then cached)…" if hist["compiling"] else "starting…"
         return f"{head} · {msg}"
     parts = []
     for m, d in hist["metrics"].items():
@@ -365,5 +428,10 @@ def status_markdown(hist, backend: str = "cpu") -> str:
 
 def figures(hist, backend: str = "cpu"):
     """(status, error, grad-norm, zero-variance, p-vs-q) for one history snapshot."""
-    return (status_markdown(hist, backend), error_figure(hist), grad_figure(hist), zero_var_figure(hist),
-            pq_figure(hist))
+    return (
+        status_markdown(hist, backend),
+        error_figure(hist),
+        grad_figure(hist),
+        zero_var_figure(hist),
+        pq_figure(hist),
+    )
