@@ -18,6 +18,7 @@ Every import a file makes counts, at module level or inside a function (grimp re
 * **circle**: a strongly connected group of two or more modules (or of rooms) importing each other;
 * **lines**: non-blank lines of the ``.py`` files of the library (the torch bridge counted apart) and of the lab.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,7 @@ OUT = ROOT / "benchmarks" / "results" / "architecture.json"
 README = ROOT / "README.md"
 BEGIN, END = "<!-- architecture: begin (python -m benchmarks.architecture --readme) -->", "<!-- architecture: end -->"
 PACKAGES = ("tpo_core", "demos", "benchmarks", "book")
-RANK = {"library": 1, "lab": 2, "__main__": 3, "demos": 3, "benchmarks": 4}   # book: apart
+RANK = {"library": 1, "lab": 2, "__main__": 3, "demos": 3, "benchmarks": 4}  # book: apart
 
 
 def layer(module: str) -> str:
@@ -94,7 +95,7 @@ def floors(nodes, arrows) -> int:
     groups = components(nodes, arrows)
     where = {n: i for i, g in enumerate(groups) for n in g}
     depth = {}
-    for i in range(len(groups)):                        # reverse topological: what a group imports comes first
+    for i in range(len(groups)):  # reverse topological: what a group imports comes first
         below = [depth[where[b]] for a, b in arrows if where.get(a) == i and where.get(b) != i and b in where]
         depth[i] = 1 + max(below, default=0)
     return max(depth.values(), default=0)
@@ -111,8 +112,11 @@ def measure() -> dict:
     layer_arrows = {(layer(a), layer(b)) for a, b in arrows if layer(a) != layer(b)}
     room_arrows = {(room(a), room(b)) for a, b in arrows if room(a) != room(b)}
     inside = {name: {m for m in modules if layer(m) == name} for name in ("library", "lab")}
-    upward = sorted(f"{a} -> {b}" for a, b in arrows if layer(a) != layer(b) and (
-        "book" in (layer(a), layer(b)) or RANK[layer(b)] >= RANK[layer(a)]))
+    upward = sorted(
+        f"{a} -> {b}"
+        for a, b in arrows
+        if layer(a) != layer(b) and ("book" in (layer(a), layer(b)) or RANK[layer(b)] >= RANK[layer(a)])
+    )
     module_circles = [g for g in components(modules, arrows) if len(g) > 1]
     rooms = {room(m) for m in modules}
     room_circles = [g for g in components(rooms, room_arrows) if len(g) > 1]
@@ -141,11 +145,14 @@ def rows(m: dict) -> list:
 
     def k(x):
         return f"{x / 1000:.1f}k"
+
     return [
         ("floors between the layers (library, lab, demos, benchmarks)", f"{f['layers']}"),
         ("floors between the rooms (modules and subpackages under each layer)", f"{f['rooms']}"),
-        ("floors between the modules inside the library / inside the lab",
-         f"{f['library_modules']} / {f['lab_modules']}"),
+        (
+            "floors between the modules inside the library / inside the lab",
+            f"{f['library_modules']} / {f['lab_modules']}",
+        ),
         ("upward imports", f"{len(m['upward'])}"),
         ("circles between modules / between rooms", f"{len(c['modules'])} / {len(c['rooms'])}"),
         ("non-blank lines: library + bridge / lab", f"{k(n['library'])} + {k(n['bridge'])} / {k(n['lab'])}"),
@@ -172,15 +179,20 @@ def readme_block(text: str) -> str:
 def write_readme(m: dict, path: pathlib.Path = README) -> None:
     text = path.read_text()
     span = _block(text).span()
-    atomic_io.write_text(path, text[:span[0]] + f"{BEGIN}\n{table(m)}\n{END}" + text[span[1]:])
+    atomic_io.write_text(path, text[: span[0]] + f"{BEGIN}\n{table(m)}\n{END}" + text[span[1] :])
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.architecture", description=__doc__.split("\n")[0])
     ap.add_argument("--readme", action="store_true", help="rewrite the README's architecture table from the file")
     args = ap.parse_args(argv)
-    m = dict(record.header(record.command_line("architecture", argv, module=True),
-                           note="a measurement of the source tree: the host's load does not change it"), **measure())
+    m = dict(
+        record.header(
+            record.command_line("architecture", argv, module=True),
+            note="a measurement of the source tree: the host's load does not change it",
+        ),
+        **measure(),
+    )
     record.write("architecture", record.finish(m), OUT)
     print(json.dumps(m, indent=1))
     print(table(m))

@@ -9,6 +9,7 @@ to finish (the default training configuration compiled), then measures through g
 the figures and writes them, with the command, the date, the commit and the host, to ``--out`` (atomically;
 ``benchmarks/report.py`` renders it); stops the server at the end.
 """
+
 import argparse
 import os
 import pathlib
@@ -31,17 +32,25 @@ def latency(ms) -> dict:
 
 
 def _text(lat: dict) -> str:
-    return (f"median {lat['median_ms']:6.1f} ms · p95 {lat['p95_ms']:6.1f} ms · max {lat['max_ms']:6.1f} ms "
-            f"(n = {lat['n']})")
+    return (
+        f"median {lat['median_ms']:6.1f} ms · p95 {lat['p95_ms']:6.1f} ms · max {lat['max_ms']:6.1f} ms "
+        f"(n = {lat['n']})"
+    )
 
 
 def explorer_inputs(rng):
     from demos import explorer as X
 
     K = int(rng.integers(2, X.MAX_K + 1))
-    return (K, float(rng.choice([0.05, 0.25, 0.5, 1.0, 2.0, 5.0])),
-            str(rng.choice([p for p in X.SCORE_PRESETS if p != "custom"])), "",
-            str(rng.choice(["uniform", "random", "success unlikely"])), "", int(rng.integers(0, 100)))
+    return (
+        K,
+        float(rng.choice([0.05, 0.25, 0.5, 1.0, 2.0, 5.0])),
+        str(rng.choice([p for p in X.SCORE_PRESETS if p != "custom"])),
+        "",
+        str(rng.choice(["uniform", "random", "success unlikely"])),
+        "",
+        int(rng.integers(0, 100)),
+    )
 
 
 def bench_in_process(n):
@@ -84,8 +93,9 @@ def bench_server(args, result: dict):
 
         t0 = time.perf_counter()
         if not server.wait_for_line("warm-up done", args.warm_timeout):
-            print(f"warm-up did not finish within {args.warm_timeout} s; last log lines:\n"
-                  + "\n".join(server.log[-5:]))
+            print(
+                f"warm-up did not finish within {args.warm_timeout} s; last log lines:\n" + "\n".join(server.log[-5:])
+            )
             result["warm_up"] = None
             return
         line = next(x for x in server.log if "warm-up done" in x)
@@ -101,17 +111,33 @@ def bench_server(args, result: dict):
         print(f"explorer through the server, idle server: {_text(latency(ms))}")
 
         d = DEFAULTS
-        size = (f"MNIST bandit, {d['bandit_steps']} steps" if d["task"] == "MNIST bandit" else
-                f"token task, H={d['H']}, B={d['B']}, K={d['K']}, {d['episodes']} episodes")
+        size = (
+            f"MNIST bandit, {d['bandit_steps']} steps"
+            if d["task"] == "MNIST bandit"
+            else f"token task, H={d['H']}, B={d['B']}, K={d['K']}, {d['episodes']} episodes"
+        )
         unit = "step" if d["task"] == "MNIST bandit" else "episode"
         result["training"] = {"run": f"{', '.join(d['methods'])}, {size}", "unit": unit, "runs": []}
-        print(f"default training run: {', '.join(d['methods'])}, {size}; run 1 at the default η, later runs at a "
-              f"new η and seed (η and the seed are traced: same compiled program)")
+        print(
+            f"default training run: {', '.join(d['methods'])}, {size}; run 1 at the default η, later runs at a "
+            f"new η and seed (η and the seed are traced: same compiled program)"
+        )
         etas = [d["eta"], 0.5, 2.0, 0.25]
         for r in range(args.train_repeats):
             eta, seed = etas[r % len(etas)], d["seed"] + r
-            train_args = (d["task"], d["methods"], d["reward"], d["H"], d["B"], d["K"], eta, d["episodes"],
-                          d["n_seeds"], seed, d["bandit_steps"])
+            train_args = (
+                d["task"],
+                d["methods"],
+                d["reward"],
+                d["H"],
+                d["B"],
+                d["K"],
+                eta,
+                d["episodes"],
+                d["n_seeds"],
+                seed,
+                d["bandit_steps"],
+            )
             t0 = time.perf_counter()
             job = client.submit(*train_args, api_name="/train")
             first_status = first_data = None
@@ -129,11 +155,21 @@ def bench_server(args, result: dict):
                     break
             (t_a, e_a), (t_b, e_b) = data_times[min(1, len(data_times) - 1)], data_times[-1]
             rate = (t_b - t_a) / max(e_b - e_a, 1)
-            result["training"]["runs"].append({"eta": eta, "seed": seed, "first_status_ms": 1000 * first_status,
-                                               "first_data_ms": 1000 * first_data, "s_per_unit": rate})
-            print(f"  run {r + 1} (η={eta:g}, seed {seed}): first status {1000 * first_status:.0f} ms · first data "
-                  f"update {1000 * first_data:.0f} ms after the click · then {rate:.4f} s per {unit} for "
-                  f"{len(d['methods'])} methods ({e_b} {unit}s in {t_b:.1f} s)", flush=True)
+            result["training"]["runs"].append(
+                {
+                    "eta": eta,
+                    "seed": seed,
+                    "first_status_ms": 1000 * first_status,
+                    "first_data_ms": 1000 * first_data,
+                    "s_per_unit": rate,
+                }
+            )
+            print(
+                f"  run {r + 1} (η={eta:g}, seed {seed}): first status {1000 * first_status:.0f} ms · first data "
+                f"update {1000 * first_data:.0f} ms after the click · then {rate:.4f} s per {unit} for "
+                f"{len(d['methods'])} methods ({e_b} {unit}s in {t_b:.1f} s)",
+                flush=True,
+            )
             try:
                 job.cancel()  # what the Stop button does
             except Exception as e:  # a CPU-starved server may answer late; the run still stops with the server
@@ -163,21 +199,31 @@ def main(argv=None):
 
 def rows(result: dict) -> list:
     """The figures of a results file as (what, measured) rows, for ``benchmarks/report.py``."""
+
     def lat(x):
         return f"{x['median_ms']:.1f} ms median, {x['p95_ms']:.1f} ms p95 (n = {x['n']})"
+
     out = [("explorer callback in-process", lat(result["explorer_in_process"]))]
     if "explorer_server_warming" in result:
-        out.append(("explorer through the server (gradio_client predict → result), startup warm-up running",
-                    lat(result["explorer_server_warming"])))
+        out.append(
+            (
+                "explorer through the server (gradio_client predict → result), startup warm-up running",
+                lat(result["explorer_server_warming"]),
+            )
+        )
     if result.get("warm_up"):
         out.append(("startup warm-up (the default training configuration compiled)", result["warm_up"]))
     if "explorer_server_idle" in result:
         out.append(("explorer through the idle server", lat(result["explorer_server_idle"])))
     t = result.get("training")
     for i, r in enumerate(t["runs"] if t else []):
-        out.append((f"default run ({t['run']}), run {i + 1} (η = {r['eta']:g}, seed {r['seed']}): first status / "
-                    f"first data update after the click, then s per {t['unit']}",
-                    f"{r['first_status_ms']:.0f} / {r['first_data_ms']:.0f} ms, {r['s_per_unit']:.4f} s"))
+        out.append(
+            (
+                f"default run ({t['run']}), run {i + 1} (η = {r['eta']:g}, seed {r['seed']}): first status / "
+                f"first data update after the click, then s per {t['unit']}",
+                f"{r['first_status_ms']:.0f} / {r['first_data_ms']:.0f} ms, {r['s_per_unit']:.4f} s",
+            )
+        )
     return out
 
 
@@ -185,13 +231,18 @@ def summary(result: dict) -> list:
     """The README's rows: the explorer through the idle server and the first streamed training update."""
     out = []
     if "explorer_server_idle" in result:
-        out.append(("demo: explorer through the idle server, median",
-                    f"{result['explorer_server_idle']['median_ms']:.0f} ms"))
+        out.append(
+            ("demo: explorer through the idle server, median", f"{result['explorer_server_idle']['median_ms']:.0f} ms")
+        )
     runs = (result.get("training") or {}).get("runs") or []
     if runs:
         first = sorted(r["first_data_ms"] for r in runs)
-        out.append(("demo: Train click → first streamed data update (warm app)",
-                    f"{first[0]:.0f}–{first[-1]:.0f} ms over {len(first)} runs"))
+        out.append(
+            (
+                "demo: Train click → first streamed data update (warm app)",
+                f"{first[0]:.0f}–{first[-1]:.0f} ms over {len(first)} runs",
+            )
+        )
     return out
 
 

@@ -21,6 +21,7 @@ default, whatever XLA_FLAGS says) and times their steady chunks interleaved.
 cache (``runtime.enable_compile_cache``, as the CLI, the demo and the book turn it on): the first compiles and
 writes the cache, the second loads the programs from it, which is what a later start at the same shape sees.
 """
+
 import argparse
 import collections
 import glob
@@ -86,9 +87,12 @@ def profile(cfg: TokenConfig) -> dict:
     t_opt = _best(update, g, opt, params)
     t_ep = _best(episode, state)
     E = cfg.n_epochs
-    print(f"profile (one seed, best of 5): episode {t_ep:.3f} s = sampling {t_roll:.3f} s "
-          f"+ {E} x (forward/backward {t_grad:.3f} s + optimizer {t_opt:.4f} s) "
-          f"[sum {t_roll + E * (t_grad + t_opt):.3f} s; the rest is metrics and fusion effects]", flush=True)
+    print(
+        f"profile (one seed, best of 5): episode {t_ep:.3f} s = sampling {t_roll:.3f} s "
+        f"+ {E} x (forward/backward {t_grad:.3f} s + optimizer {t_opt:.4f} s) "
+        f"[sum {t_roll + E * (t_grad + t_opt):.3f} s; the rest is metrics and fusion effects]",
+        flush=True,
+    )
     return {"episode_s": t_ep, "sampling_s": t_roll, "forward_backward_s": t_grad, "optimizer_s": t_opt, "epochs": E}
 
 
@@ -178,28 +182,44 @@ def op_profile(cfg: TokenConfig, episodes: int = 2) -> dict:
         by_phase[phase_of[name]] += e["dur"] / 1e6 / episodes
         by_kind[kernel_kind(name)] += e["dur"] / 1e6 / episodes
     total = sum(by_kind.values())
-    print(f"kernels of the fused episode (one seed, traced, {wall / episodes:.3f} s/episode wall under the tracer): "
-          f"{total:.3f} s of kernel time per episode summed over threads", flush=True)
+    print(
+        f"kernels of the fused episode (one seed, traced, {wall / episodes:.3f} s/episode wall under the tracer): "
+        f"{total:.3f} s of kernel time per episode summed over threads",
+        flush=True,
+    )
     for title, table in (("by phase", by_phase), ("by kind", by_kind)):
         print(f"  {title}: " + "; ".join(f"{k} {v:.3f} s ({100 * v / total:.0f} %)" for k, v in table.most_common()))
-    return {"episodes_traced": episodes, "wall_s_per_episode": wall / episodes, "kernel_s_per_episode": total,
-            "by_phase_s": dict(by_phase.most_common()), "by_kind_s": dict(by_kind.most_common())}
+    return {
+        "episodes_traced": episodes,
+        "wall_s_per_episode": wall / episodes,
+        "kernel_s_per_episode": total,
+        "by_phase_s": dict(by_phase.most_common()),
+        "by_kind_s": dict(by_kind.most_common()),
+    }
 
 
 # XLA's compile stages, as the profiler names them (jaxlib 0.10.2); a name missing from the trace prints "n/a".
-COMPILE_STAGES = (("HLO passes before layout assignment", "HLO passes through layout assignment (jit_chunk)"),
-                  ("HLO passes after layout assignment", "HLO passes after layout assignment (jit_chunk)"),
-                  ("LLVM code generation of the fused kernels", "Codegen"),
-                  ("thunk emission", "ThunkEmitter::EmitEntryComputation"),
-                  ("XLA's whole compile", "PjRtCpuClient::Compile"))
+COMPILE_STAGES = (
+    ("HLO passes before layout assignment", "HLO passes through layout assignment (jit_chunk)"),
+    ("HLO passes after layout assignment", "HLO passes after layout assignment (jit_chunk)"),
+    ("LLVM code generation of the fused kernels", "Codegen"),
+    ("thunk emission", "ThunkEmitter::EmitEntryComputation"),
+    ("XLA's whole compile", "PjRtCpuClient::Compile"),
+)
 
 
 # Compile settings --compile compares: XLA's CPU defaults but for what each names, whatever XLA_FLAGS says (the test
 # suite sets faster ones).
-_XLA_DEFAULTS = {"xla_backend_optimization_level": 3, "xla_cpu_opt_preset": "CPU_OPT_PRESET_DEFAULT",
-                 "xla_cpu_use_fusion_emitters": True}
-COMPILE_SETTINGS = {"default": {}, "tpo_core": runtime.CHUNK_COMPILER_OPTIONS,
-                    "level1": {"xla_backend_optimization_level": 1}}
+_XLA_DEFAULTS = {
+    "xla_backend_optimization_level": 3,
+    "xla_cpu_opt_preset": "CPU_OPT_PRESET_DEFAULT",
+    "xla_cpu_use_fusion_emitters": True,
+}
+COMPILE_SETTINGS = {
+    "default": {},
+    "tpo_core": runtime.CHUNK_COMPILER_OPTIONS,
+    "level1": {"xla_backend_optimization_level": 1},
+}
 
 
 def _xla_options(setting: str) -> dict:
@@ -240,17 +260,28 @@ def _compile_profile(cfg, settings, episodes, rounds):
         if e.get("ph") == "X":
             spans[e["name"]] += e["dur"] / 1e6
             counts[e["name"]] += 1
-    print(f"cold compile of the 1-seed program: init program (compile + run) {t_init:.2f} s, trace {t_trace:.2f} s, "
-          f"lower {t_lower:.2f} s, compile with setting {first} {t_compile:.2f} s; "
-          f"inside XLA's compile:", flush=True)
+    print(
+        f"cold compile of the 1-seed program: init program (compile + run) {t_init:.2f} s, trace {t_trace:.2f} s, "
+        f"lower {t_lower:.2f} s, compile with setting {first} {t_compile:.2f} s; "
+        f"inside XLA's compile:",
+        flush=True,
+    )
     for title, name in COMPILE_STAGES:
-        print(f"  {title}: " + (f"{spans[name]:.2f} s" if name in spans else "n/a (no such span in the trace)"),
-              flush=True)
+        print(
+            f"  {title}: " + (f"{spans[name]:.2f} s" if name in spans else "n/a (no such span in the trace)"),
+            flush=True,
+        )
     print(f"  fused kernels compiled by LLVM: {counts.get('FusionCompiler::Compile', 'n/a')}", flush=True)
-    out = {"init_s": t_init, "trace_s": t_trace, "lower_s": t_lower,
-           "stages_s": {title: spans.get(name) for title, name in COMPILE_STAGES},
-           "llvm_kernels": counts.get("FusionCompiler::Compile"), "episodes": episodes, "rounds": rounds,
-           "settings": {first: {"compile_s": t_compile}}}
+    out = {
+        "init_s": t_init,
+        "trace_s": t_trace,
+        "lower_s": t_lower,
+        "stages_s": {title: spans.get(name) for title, name in COMPILE_STAGES},
+        "llvm_kernels": counts.get("FusionCompiler::Compile"),
+        "episodes": episodes,
+        "rounds": rounds,
+        "settings": {first: {"compile_s": t_compile}},
+    }
     programs = {first: compiled}
     print(f"  setting {first}: compile {t_compile:.2f} s", flush=True)
     for setting in settings[1:]:
@@ -264,12 +295,18 @@ def _compile_profile(cfg, settings, episodes, rounds):
             times[setting].append(t / episodes)
     for setting, v in times.items():
         v = sorted(v)
-        diff = max(float(jnp.max(jnp.abs(jnp.asarray(a, jnp.float32) - jnp.asarray(b, jnp.float32))))
-                   for a, b in zip(jax.tree.leaves(metrics[first]), jax.tree.leaves(metrics[setting])))
-        print(f"  setting {setting}: {v[0]:.3f} s/episode best, {v[len(v) // 2]:.3f} median of {rounds} chunks of "
-              f"{episodes}; largest metric difference from setting {first}: {diff:.2g}", flush=True)
-        out["settings"][setting].update(episode_best_s=v[0], episode_median_s=v[len(v) // 2],
-                                        max_metric_difference=diff)
+        diff = max(
+            float(jnp.max(jnp.abs(jnp.asarray(a, jnp.float32) - jnp.asarray(b, jnp.float32))))
+            for a, b in zip(jax.tree.leaves(metrics[first]), jax.tree.leaves(metrics[setting]))
+        )
+        print(
+            f"  setting {setting}: {v[0]:.3f} s/episode best, {v[len(v) // 2]:.3f} median of {rounds} chunks of "
+            f"{episodes}; largest metric difference from setting {first}: {diff:.2g}",
+            flush=True,
+        )
+        out["settings"][setting].update(
+            episode_best_s=v[0], episode_median_s=v[len(v) // 2], max_metric_difference=diff
+        )
     return out
 
 
@@ -279,9 +316,19 @@ def startup_profile(fields: dict, episodes: int) -> list:
     runs = []
     with tempfile.TemporaryDirectory() as cache:
         for _ in range(2):
-            child = subprocess.run([sys.executable, "-m", "benchmarks.bench_train", "--startup-child",
-                                    json.dumps(dict(fields, episodes=episodes))], cwd=record.ROOT,
-                                   env=dict(os.environ, TPO_JAX_CACHE=cache), capture_output=True, text=True)
+            child = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.bench_train",
+                    "--startup-child",
+                    json.dumps(dict(fields, episodes=episodes)),
+                ],
+                cwd=record.ROOT,
+                env=dict(os.environ, TPO_JAX_CACHE=cache),
+                capture_output=True,
+                text=True,
+            )
             if child.returncode:
                 raise RuntimeError(f"the --startup process failed:\n{child.stderr[-2000:]}")
             run = json.loads(child.stdout.strip().splitlines()[-1])
@@ -304,22 +351,38 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--startup-child"]:
         return _startup_child(argv[1])
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_train", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_train",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--method", default="tpo")
     ap.add_argument("--H", type=int, default=10)
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--no-sweep", action="store_true")
-    ap.add_argument("--run-batch", type=int, nargs="*", default=[1, 2],
-                    help="also time several runs with this many vmapped at a time (lax.map over the batches)")
+    ap.add_argument(
+        "--run-batch",
+        type=int,
+        nargs="*",
+        default=[1, 2],
+        help="also time several runs with this many vmapped at a time (lax.map over the batches)",
+    )
     ap.add_argument("--ops", action="store_true", help="trace the fused episode's kernels (see above)")
     ap.add_argument("--compile", action="store_true", help="split a cold compile into stages; A/B --compare")
-    ap.add_argument("--compare", nargs="+", default=["default", "tpo_core"], choices=list(COMPILE_SETTINGS),
-                    help="compile settings that --compile compares (default: default tpo_core)")
-    ap.add_argument("--startup", action="store_true",
-                    help="compile of a 1-seed run in a fresh process: cold, then from the persistent cache")
+    ap.add_argument(
+        "--compare",
+        nargs="+",
+        default=["default", "tpo_core"],
+        choices=list(COMPILE_SETTINGS),
+        help="compile settings that --compile compares (default: default tpo_core)",
+    )
+    ap.add_argument(
+        "--startup",
+        action="store_true",
+        help="compile of a 1-seed run in a fresh process: cold, then from the persistent cache",
+    )
     ap.add_argument("--out", default=None, help="results file (default benchmarks/results/bench_train.json)")
     args = ap.parse_args(argv)
     if args.ops:  # before the backend starts: XLA's CPU runtime reports per-kernel times to the profiler
@@ -327,31 +390,48 @@ def main(argv=None):
     result = record.header(record.command_line("bench_train", argv, module=True))
     result["machine"]["devices"] = [str(d) for d in jax.devices()]
     result["machine"]["matmul_gflops"] = record.matmul_gflops()
-    print(f"devices: {jax.devices()} · 2048² matmul {result['machine']['matmul_gflops']:.0f} GFLOP/s · "
-          f"load average {result['machine']['loadavg_start'][0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"devices: {jax.devices()} · 2048² matmul {result['machine']['matmul_gflops']:.0f} GFLOP/s · "
+        f"load average {result['machine']['loadavg_start'][0]:.1f} on {os.cpu_count()} CPUs"
+    )
     cfg = TokenConfig(method=args.method, H=args.H, episodes=args.episodes, track=2)
-    result["config"] = {"method": args.method, "H": args.H, "V": cfg.V, "B": cfg.B, "K": cfg.K,
-                        "epochs": cfg.n_epochs, "episodes": args.episodes}
+    result["config"] = {
+        "method": args.method,
+        "H": args.H,
+        "V": cfg.V,
+        "B": cfg.B,
+        "K": cfg.K,
+        "epochs": cfg.n_epochs,
+        "episodes": args.episodes,
+    }
     base, result["runs"] = None, []
     for s in args.seeds:
         for rb in [None] + ([b for b in args.run_batch if b < s] if s > 1 else []):
             compile_s, per_ep = measure(cfg, list(range(s)), args.episodes, run_batch=rb)
             base = base or per_ep
             form = "vmapped" if rb is None else f"run_batch={rb}"
-            result["runs"].append({"seeds": s, "form": form, "compile_s": compile_s, "episode_s": per_ep,
-                                   "x_first": per_ep / base})
-            print(f"{args.method} H={args.H} B={cfg.B} K={cfg.K} seeds={s} ({form}): compile {compile_s:5.1f} s, "
-                  f"{per_ep:.3f} s/episode ({per_ep / s:.3f} s per seed-episode, {1 / per_ep:.2f} episodes/s, "
-                  f"{per_ep / base:.2f}x the first row's time)", flush=True)
+            result["runs"].append(
+                {"seeds": s, "form": form, "compile_s": compile_s, "episode_s": per_ep, "x_first": per_ep / base}
+            )
+            print(
+                f"{args.method} H={args.H} B={cfg.B} K={cfg.K} seeds={s} ({form}): compile {compile_s:5.1f} s, "
+                f"{per_ep:.3f} s/episode ({per_ep / s:.3f} s per seed-episode, {1 / per_ep:.2f} episodes/s, "
+                f"{per_ep / base:.2f}x the first row's time)",
+                flush=True,
+            )
     if not args.no_sweep:
         result["sweep"] = {"etas": ETAS, "seeds": 2, "forms": []}
         for rb in [None] + list(args.run_batch):
             compile_s, per_ep = measure(cfg, [0, 1], args.episodes, [{"eta": e} for e in ETAS], run_batch=rb)
             form = "vmapped" if rb is None else f"run_batch={rb}"
-            result["sweep"]["forms"].append({"form": form, "compile_s": compile_s, "episode_s": per_ep,
-                                             "x_first": per_ep / base})
-            print(f"eta sweep {ETAS} x 2 seeds (one program, 10 runs, {form}): compile {compile_s:5.1f} s, "
-                  f"{per_ep:.3f} s/episode = {per_ep / base:.2f}x the first row", flush=True)
+            result["sweep"]["forms"].append(
+                {"form": form, "compile_s": compile_s, "episode_s": per_ep, "x_first": per_ep / base}
+            )
+            print(
+                f"eta sweep {ETAS} x 2 seeds (one program, 10 runs, {form}): compile {compile_s:5.1f} s, "
+                f"{per_ep:.3f} s/episode = {per_ep / base:.2f}x the first row",
+                flush=True,
+            )
     if not args.no_profile:
         result["profile"] = profile(cfg)
     if args.ops:
@@ -361,9 +441,12 @@ def main(argv=None):
     if args.startup:
         cold, cached = startup_profile(dict(method=args.method, H=args.H, track=2), args.episodes)
         result["startup"] = {"cold": cold, "from_cache": cached}
-        print(f"fresh process, 1 seed: compile {cold['compile']:.2f} s with an empty persistent cache "
-              f"({cold['cache_files']} files written), {cached['compile']:.2f} s in the next process reading it "
-              f"({cold['episode']:.3f} / {cached['episode']:.3f} s/episode)", flush=True)
+        print(
+            f"fresh process, 1 seed: compile {cold['compile']:.2f} s with an empty persistent cache "
+            f"({cold['cache_files']} files written), {cached['compile']:.2f} s in the next process reading it "
+            f"({cold['episode']:.3f} / {cached['episode']:.3f} s/episode)",
+            flush=True,
+        )
     path = record.write("bench_train", record.finish(result), args.out)
     print(f"wrote {path}")
 
@@ -371,52 +454,90 @@ def main(argv=None):
 def rows(result: dict) -> list:
     """The figures of a results file as (what, measured) rows, for ``benchmarks/report.py``."""
     c = result["config"]
-    out = [("config", f"{c['method']}, H = {c['H']}, V = {c['V']}, B = {c['B']}, K = {c['K']}, {c['epochs']} epochs, "
-                      f"timed over {c['episodes']} episodes after a first chunk of as many")]
+    out = [
+        (
+            "config",
+            f"{c['method']}, H = {c['H']}, V = {c['V']}, B = {c['B']}, K = {c['K']}, {c['epochs']} epochs, "
+            f"timed over {c['episodes']} episodes after a first chunk of as many",
+        )
+    ]
     for i, r in enumerate(result["runs"]):
         ratio = f" ({r['x_first']:.2f}× the first row)" if i else ""
-        out.append((f"{r['seeds']} seed{'s' if r['seeds'] > 1 else ''} ({r['form']}): s / episode, compile",
-                    f"{r['episode_s']:.3f} s{ratio}, compile {r['compile_s']:.1f} s"))
+        out.append(
+            (
+                f"{r['seeds']} seed{'s' if r['seeds'] > 1 else ''} ({r['form']}): s / episode, compile",
+                f"{r['episode_s']:.3f} s{ratio}, compile {r['compile_s']:.1f} s",
+            )
+        )
     if "sweep" in result:
         n = len(result["sweep"]["etas"]) * result["sweep"]["seeds"]
         for r in result["sweep"]["forms"]:
-            out.append((f"{len(result['sweep']['etas'])}-value η sweep × {result['sweep']['seeds']} seeds, one "
-                        f"program of {n} runs ({r['form']})",
-                        f"{r['episode_s']:.3f} s / episode ({r['x_first']:.2f}× the first row), compile "
-                        f"{r['compile_s']:.1f} s"))
+            out.append(
+                (
+                    f"{len(result['sweep']['etas'])}-value η sweep × {result['sweep']['seeds']} seeds, one "
+                    f"program of {n} runs ({r['form']})",
+                    f"{r['episode_s']:.3f} s / episode ({r['x_first']:.2f}× the first row), compile "
+                    f"{r['compile_s']:.1f} s",
+                )
+            )
     if "profile" in result:
         p = result["profile"]
-        out.append(("parts jitted alone (best of 5): episode = sampling + epochs × (forward/backward + optimizer)",
-                    f"{p['episode_s']:.3f} s = {p['sampling_s']:.3f} + {p['epochs']} × ({p['forward_backward_s']:.3f}"
-                    f" + {p['optimizer_s']:.4f}) s"))
+        out.append(
+            (
+                "parts jitted alone (best of 5): episode = sampling + epochs × (forward/backward + optimizer)",
+                f"{p['episode_s']:.3f} s = {p['sampling_s']:.3f} + {p['epochs']} × ({p['forward_backward_s']:.3f}"
+                f" + {p['optimizer_s']:.4f}) s",
+            )
+        )
     if "ops" in result:
         o = result["ops"]
         for title, key in (("by phase", "by_phase_s"), ("by kind", "by_kind_s")):
             total = o["kernel_s_per_episode"]
-            out.append((f"XLA's kernels of the fused episode (`--ops`), {title}",
-                        "; ".join(f"{k} {100 * v / total:.0f} %" for k, v in o[key].items())))
+            out.append(
+                (
+                    f"XLA's kernels of the fused episode (`--ops`), {title}",
+                    "; ".join(f"{k} {100 * v / total:.0f} %" for k, v in o[key].items()),
+                )
+            )
     if "compile" in result:
         k = result["compile"]
         stages = ", ".join(f"{t} {v:.2f} s" for t, v in k["stages_s"].items() if v is not None)
-        out.append(("where a cold compile goes (`--compile`)",
-                    f"init program {k['init_s']:.2f} s, tracing {k['trace_s']:.2f} s, lowering {k['lower_s']:.2f} s;"
-                    f" {stages}; {k['llvm_kernels']} fused kernels"))
+        out.append(
+            (
+                "where a cold compile goes (`--compile`)",
+                f"init program {k['init_s']:.2f} s, tracing {k['trace_s']:.2f} s, lowering {k['lower_s']:.2f} s;"
+                f" {stages}; {k['llvm_kernels']} fused kernels",
+            )
+        )
         for name, v in k["settings"].items():
-            out.append((f"compile setting `{name}`: compile, s / episode (best, median)",
-                        f"{v['compile_s']:.2f} s, {v.get('episode_best_s', float('nan')):.3f} / "
-                        f"{v.get('episode_median_s', float('nan')):.3f} s"))
+            out.append(
+                (
+                    f"compile setting `{name}`: compile, s / episode (best, median)",
+                    f"{v['compile_s']:.2f} s, {v.get('episode_best_s', float('nan')):.3f} / "
+                    f"{v.get('episode_median_s', float('nan')):.3f} s",
+                )
+            )
     if "startup" in result:
         a, b = result["startup"]["cold"], result["startup"]["from_cache"]
-        out.append(("compile of the 1-seed run in a fresh process (`--startup`): cold / from the persistent cache",
-                    f"{a['compile']:.2f} s / {b['compile']:.2f} s"))
+        out.append(
+            (
+                "compile of the 1-seed run in a fresh process (`--startup`): cold / from the persistent cache",
+                f"{a['compile']:.2f} s / {b['compile']:.2f} s",
+            )
+        )
     return out
 
 
 def summary(result: dict) -> list:
     """The README's rows: one run's speed and compile, and what several runs cost beside it."""
     c, first = result["config"], result["runs"][0]
-    out = [(f"Table-3 config ({c['method']}, H = {c['H']}, B = {c['B']}, K = {c['K']}), {first['seeds']} seed: "
-            "s / episode, compile", f"{first['episode_s']:.3f} s, compile {first['compile_s']:.1f} s")]
+    out = [
+        (
+            f"Table-3 config ({c['method']}, H = {c['H']}, B = {c['B']}, K = {c['K']}), {first['seeds']} seed: "
+            "s / episode, compile",
+            f"{first['episode_s']:.3f} s, compile {first['compile_s']:.1f} s",
+        )
+    ]
     more = [r for r in result["runs"][1:] if r["form"] == "vmapped"]
     if more:
         out.append((f"{more[-1]['seeds']} seeds vmapped, × one seed's time", f"{more[-1]['x_first']:.2f}×"))

@@ -38,6 +38,7 @@ Prints a table and writes ``--out`` atomically (``benchmarks.record``: the comma
 host open the file; ``benchmarks/report.py`` renders it). The machine is shared by other jobs: the load average at
 start and end is recorded with the figures.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,8 @@ import numpy as np  # noqa: E402
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "demo_load.json"
 
 TASK, METHODS, REWARD, H, B, K = "token reversal", ["tpo"], "terminal", 3, 8, 4
-HTTP_TIMEOUT = 600.0          # seconds per HTTP request of a client: a CPU-starved server can answer late
-LONG_EPISODES = 2000          # the runs that hold the trainers busy in the queue check (cancelled early)
+HTTP_TIMEOUT = 600.0  # seconds per HTTP request of a client: a CPU-starved server can answer late
+LONG_EPISODES = 2000  # the runs that hold the trainers busy in the queue check (cancelled early)
 
 
 class UsageError(Exception):
@@ -84,6 +85,7 @@ def _int_range(name, lo, hi):
         if not lo <= v <= hi:
             raise argparse.ArgumentTypeError(f"{name} must be between {lo} and {hi}, got {v}")
         return v
+
     return parse
 
 
@@ -96,27 +98,49 @@ def _positive_float(name):
         if not v > 0 or v != v or v == float("inf"):
             raise argparse.ArgumentTypeError(f"{name} must be a finite number > 0, got {text}")
         return v
+
     return parse
 
 
 def parse_args(argv=None):
-    ap = _Parser(prog="python benchmarks/demo_load.py", description=__doc__,
-                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sessions", type=_int_range("--sessions", 1, 200), default=20,
-                    help="concurrent training sessions in phase (a)")
-    ap.add_argument("--trainings", type=_int_range("--trainings", 1, 10_000), default=100,
-                    help="trainings in phase (b), each from a new session")
-    ap.add_argument("--sample-every", type=_int_range("--sample-every", 1, 10_000), default=10,
-                    help="read the server's RSS after every this many trainings of phase (b)")
-    ap.add_argument("--parallel", type=_int_range("--parallel", 1, 64), default=2,
-                    help="trainings submitted at a time in phase (b)")
+    ap = _Parser(
+        prog="python benchmarks/demo_load.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--sessions",
+        type=_int_range("--sessions", 1, 200),
+        default=20,
+        help="concurrent training sessions in phase (a)",
+    )
+    ap.add_argument(
+        "--trainings",
+        type=_int_range("--trainings", 1, 10_000),
+        default=100,
+        help="trainings in phase (b), each from a new session",
+    )
+    ap.add_argument(
+        "--sample-every",
+        type=_int_range("--sample-every", 1, 10_000),
+        default=10,
+        help="read the server's RSS after every this many trainings of phase (b)",
+    )
+    ap.add_argument(
+        "--parallel", type=_int_range("--parallel", 1, 64), default=2, help="trainings submitted at a time in phase (b)"
+    )
     ap.add_argument("--episodes", type=_int_range("--episodes", 1, 200), default=6, help="episodes per training")
-    ap.add_argument("--threshold-mb", type=_positive_float("--threshold-mb"), default=50.0,
-                    help="largest RSS growth (after all trainings minus after the first --sample-every) that "
-                         "counts as no growth")
+    ap.add_argument(
+        "--threshold-mb",
+        type=_positive_float("--threshold-mb"),
+        default=50.0,
+        help="largest RSS growth (after all trainings minus after the first --sample-every) that counts as no growth",
+    )
     ap.add_argument("--no-warm", action="store_true", help="start the server without its startup warm-up")
-    ap.add_argument("--max-sessions", type=_int_range("--max-sessions", 1, 10**6), default=None,
-                    help="the server's --max-sessions (default: the app's own)")
+    ap.add_argument(
+        "--max-sessions",
+        type=_int_range("--max-sessions", 1, 10**6),
+        default=None,
+        help="the server's --max-sessions (default: the app's own)",
+    )
     ap.add_argument("--no-queue-check", action="store_true", help="skip phase (c)")
     ap.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT, help="results file (JSON)")
     args = ap.parse_args(argv)
@@ -207,8 +231,13 @@ def run_training(url: str, seed: int, eta: float, episodes: int, client=None, ba
             if first_data is None and not str(out[0]).startswith("**0 /"):
                 first_data = now
             last = out
-        rec.update(total_s=time.perf_counter() - t0, first_update_s=first, first_data_s=first_data, updates=n,
-                   payload_bytes=payload)
+        rec.update(
+            total_s=time.perf_counter() - t0,
+            first_update_s=first,
+            first_data_s=first_data,
+            updates=n,
+            payload_bytes=payload,
+        )
         if not job.status().success:
             raise RuntimeError(f"job ended without success: {job.status()}")
         done = f"{episodes} / {episodes} episodes"
@@ -275,8 +304,9 @@ def queue_size(url: str) -> int:
         return int(json.load(r)["queue_size"])
 
 
-def sequential_trainings(url: str, pid: int, n: int, every: int, parallel: int, n_sessions: int, episodes: int,
-                         log=print):
+def sequential_trainings(
+    url: str, pid: int, n: int, every: int, parallel: int, n_sessions: int, episodes: int, log=print
+):
     """Phase (b): n trainings, each from a new session, ``parallel`` at a time, in blocks of ``every`` with the
     server's idle RSS read before the first block and after each."""
     recs = []
@@ -343,8 +373,9 @@ def queue_check(url: str, concurrency: int, max_size: int, extra: int = 4, log=p
         except Exception as e:
             other.append(f"{type(e).__name__}: {e}"[:200])
         peak = max(peak, queue_size(url))
-    out.update(refused=len(refused), refusal_message=refused[0] if refused else None, not_refused=other,
-               peak_queue_size=peak)
+    out.update(
+        refused=len(refused), refusal_message=refused[0] if refused else None, not_refused=other, peak_queue_size=peak
+    )
     for job in waiting + blockers:
         job.cancel()
     t0 = time.time()
@@ -359,11 +390,20 @@ def queue_check(url: str, concurrency: int, max_size: int, extra: int = 4, log=p
         pass
     fresh = run_training(url, 3000, 1.0, 1)
     out["fresh_run_after"] = "ok" if fresh["ok"] else fresh["error"]
-    out["ok"] = (out["blockers_running"] and peak <= max_size and out["queue_size_when_full"] == max_size
-                 and len(refused) == extra and not other and out["queue_size_after_cancel"] == 0 and fresh["ok"])
-    log(f"  queue full at {out['queue_size_when_full']} waiting · {len(refused)}/{extra} refused "
+    out["ok"] = (
+        out["blockers_running"]
+        and peak <= max_size
+        and out["queue_size_when_full"] == max_size
+        and len(refused) == extra
+        and not other
+        and out["queue_size_after_cancel"] == 0
+        and fresh["ok"]
+    )
+    log(
+        f"  queue full at {out['queue_size_when_full']} waiting · {len(refused)}/{extra} refused "
         f"({out['refusal_message']!r}) · peak {peak} · drained in {out['drained_s']:.1f} s · fresh run "
-        f"{out['fresh_run_after']}")
+        f"{out['fresh_run_after']}"
+    )
     return out
 
 
@@ -385,10 +425,16 @@ def own_data(sessions: list, trainings: list, n_sessions: int) -> dict:
     collisions = sorted(c for c, s in firsts.items() if shared[s] > 1)
     checked = [r for r in sessions + trainings if r["ok"] and r.get("q_error") is not None]
     q_bad = [r for r in checked if r["q_error"] > Q_ATOL]
-    return {"configs": len(by_config), "configs_inconsistent": inconsistent, "configs_with_same_data": collisions,
-            "q_checked_runs": len(checked), "q_checked_configs": len({(r['seed'], r['eta']) for r in checked}),
-            "q_max_error": max((r["q_error"] for r in checked), default=None), "q_failed": len(q_bad),
-            "ok": not inconsistent and not collisions and not q_bad}
+    return {
+        "configs": len(by_config),
+        "configs_inconsistent": inconsistent,
+        "configs_with_same_data": collisions,
+        "q_checked_runs": len(checked),
+        "q_checked_configs": len({(r["seed"], r["eta"]) for r in checked}),
+        "q_max_error": max((r["q_error"] for r in checked), default=None),
+        "q_failed": len(q_bad),
+        "ok": not inconsistent and not collisions and not q_bad,
+    }
 
 
 def pct(values, q):
@@ -400,12 +446,15 @@ def latency_summary(recs) -> dict:
     tot = [r["total_s"] for r in ok]
     first = [r["first_update_s"] for r in ok]
     data = [r["first_data_s"] for r in ok if r.get("first_data_s") is not None]
-    return {"n": len(recs), "errors": sum(not r["ok"] for r in recs),
-            "error_messages": sorted(collections.Counter(r["error"] for r in recs if not r["ok"]).items())[:5],
-            "latency_s": {"p50": pct(tot, 50), "p90": pct(tot, 90), "p99": pct(tot, 99), "max": max(tot, default=None)},
-            "first_update_s": {"p50": pct(first, 50), "p90": pct(first, 90), "max": max(first, default=None)},
-            "first_data_s": {"p50": pct(data, 50), "p90": pct(data, 90)},
-            "payload_bytes_median": statistics.median([r["payload_bytes"] for r in ok]) if ok else None}
+    return {
+        "n": len(recs),
+        "errors": sum(not r["ok"] for r in recs),
+        "error_messages": sorted(collections.Counter(r["error"] for r in recs if not r["ok"]).items())[:5],
+        "latency_s": {"p50": pct(tot, 50), "p90": pct(tot, 90), "p99": pct(tot, 99), "max": max(tot, default=None)},
+        "first_update_s": {"p50": pct(first, 50), "p90": pct(first, 90), "max": max(first, default=None)},
+        "first_data_s": {"p50": pct(data, 50), "p90": pct(data, 90)},
+        "payload_bytes_median": statistics.median([r["payload_bytes"] for r in ok]) if ok else None,
+    }
 
 
 def memory_verdict(samples: list, every: int, threshold_mb: float) -> dict:
@@ -415,11 +464,22 @@ def memory_verdict(samples: list, every: int, threshold_mb: float) -> dict:
     xs = [s["trainings"] for s in samples if s["trainings"] >= every]
     ys = [s["rss_mb"] for s in samples if s["trainings"] >= every]
     slope = float(np.polyfit(xs, ys, 1)[0]) if len(xs) >= 2 else None
-    return {"rss_before_mb": before, f"rss_after_{every}_mb": after_first, "rss_after_first_block_mb": after_first,
-            "rss_after_all_mb": after_all, "first_block": every, "growth_after_first_block_mb": growth,
-            "slope_mb_per_training": slope, "threshold_mb": threshold_mb, "ok": growth < threshold_mb,
-            "verdict": ("no growth beyond the compile cache" if growth < threshold_mb else
-                        f"RSS grew {growth:.1f} MB after the first {every} trainings (threshold {threshold_mb:g} MB)")}
+    return {
+        "rss_before_mb": before,
+        f"rss_after_{every}_mb": after_first,
+        "rss_after_first_block_mb": after_first,
+        "rss_after_all_mb": after_all,
+        "first_block": every,
+        "growth_after_first_block_mb": growth,
+        "slope_mb_per_training": slope,
+        "threshold_mb": threshold_mb,
+        "ok": growth < threshold_mb,
+        "verdict": (
+            "no growth beyond the compile cache"
+            if growth < threshold_mb
+            else f"RSS grew {growth:.1f} MB after the first {every} trainings (threshold {threshold_mb:g} MB)"
+        ),
+    }
 
 
 def carry_mb(episodes: int) -> float:
@@ -443,36 +503,54 @@ def rows(result: dict) -> list:
     ``benchmarks/report.py``."""
     s, t, m = result["sessions"], result["trainings"], result["memory"]
     q = result.get("queue") or {}
-    rows = [("concurrent sessions, each training", f"{s['n']}"),
-            ("their errors", f"{s['errors']}"),
-            ("latency submit → done, p50 / p90 / p99",
-             " / ".join(_f(s["latency_s"][k]) for k in ("p50", "p90", "p99")) + " s"),
-            ("submit → first update, p50 / p90", " / ".join(_f(s["first_update_s"][k]) for k in ("p50", "p90")) + " s"),
-            ("each session's plots its own", "yes" if result["own_data"]["ok"] else "**no**"),
-            ("trainings, one new session each", f"{t['n']} ({result['config']['parallel']} at a time)"),
-            ("their errors", f"{t['errors']}"),
-            ("their latency p50 / p90 / p99", " / ".join(_f(t["latency_s"][k]) for k in ("p50", "p90", "p99")) + " s"),
-            (f"server RSS: idle at start / after the {s['n']} sessions / after {m['first_block']} and "
-             f"{t['n']} more trainings",
-             f"{m['rss_at_start_mb']:.0f} / {m['rss_before_mb']:.0f} / {m['rss_after_first_block_mb']:.0f} / "
-             f"{m['rss_after_all_mb']:.0f} MB"),
-            (f"growth after the first {m['first_block']} (threshold {m['threshold_mb']:g} MB)",
-             f"{m['growth_after_first_block_mb']:+.1f} MB: {m['verdict']}")]
+    rows = [
+        ("concurrent sessions, each training", f"{s['n']}"),
+        ("their errors", f"{s['errors']}"),
+        (
+            "latency submit → done, p50 / p90 / p99",
+            " / ".join(_f(s["latency_s"][k]) for k in ("p50", "p90", "p99")) + " s",
+        ),
+        ("submit → first update, p50 / p90", " / ".join(_f(s["first_update_s"][k]) for k in ("p50", "p90")) + " s"),
+        ("each session's plots its own", "yes" if result["own_data"]["ok"] else "**no**"),
+        ("trainings, one new session each", f"{t['n']} ({result['config']['parallel']} at a time)"),
+        ("their errors", f"{t['errors']}"),
+        ("their latency p50 / p90 / p99", " / ".join(_f(t["latency_s"][k]) for k in ("p50", "p90", "p99")) + " s"),
+        (
+            f"server RSS: idle at start / after the {s['n']} sessions / after {m['first_block']} and "
+            f"{t['n']} more trainings",
+            f"{m['rss_at_start_mb']:.0f} / {m['rss_before_mb']:.0f} / {m['rss_after_first_block_mb']:.0f} / "
+            f"{m['rss_after_all_mb']:.0f} MB",
+        ),
+        (
+            f"growth after the first {m['first_block']} (threshold {m['threshold_mb']:g} MB)",
+            f"{m['growth_after_first_block_mb']:+.1f} MB: {m['verdict']}",
+        ),
+    ]
     if q:
-        rows.append((f"queue ({q['concurrency']} training + {q['max_size']} waiting)",
-                     f"{q['refused']} of {q['extra_submitted']} more refused \"queue full\", peak "
-                     f"{q['peak_queue_size']} waiting, fresh run after: {q['fresh_run_after']}"))
+        rows.append(
+            (
+                f"queue ({q['concurrency']} training + {q['max_size']} waiting)",
+                f'{q["refused"]} of {q["extra_submitted"]} more refused "queue full", peak '
+                f"{q['peak_queue_size']} waiting, fresh run after: {q['fresh_run_after']}",
+            )
+        )
     return rows
 
 
 def summary(result: dict) -> list:
     """The README's rows: errors and latency under concurrent sessions, and the memory verdict."""
     s, t, m = result["sessions"], result["trainings"], result["memory"]
-    return [(f"demo under load: {s['n']} concurrent training sessions + {t['n']} trainings, errors; "
-             "one training's latency p50 / p90", f"{s['errors'] + t['errors']}; "
-             + " / ".join(_f(t["latency_s"][k]) for k in ("p50", "p90")) + " s"),
-            (f"demo server memory after {t['n']} trainings", f"{m['growth_after_first_block_mb']:+.1f} MB after the "
-             f"first {m['first_block']}: {m['verdict']}")]
+    return [
+        (
+            f"demo under load: {s['n']} concurrent training sessions + {t['n']} trainings, errors; "
+            "one training's latency p50 / p90",
+            f"{s['errors'] + t['errors']}; " + " / ".join(_f(t["latency_s"][k]) for k in ("p50", "p90")) + " s",
+        ),
+        (
+            f"demo server memory after {t['n']} trainings",
+            f"{m['growth_after_first_block_mb']:+.1f} MB after the first {m['first_block']}: {m['verdict']}",
+        ),
+    ]
 
 
 def table(result: dict) -> str:
@@ -488,12 +566,23 @@ def run(args, log=print) -> dict:
 
     result = record.header(record.command_line("demo_load", args.argv))
     load0 = result["machine"]["loadavg_start"]
-    result.update({"config": {"run": f"{TASK}, {', '.join(METHODS)}, {REWARD} reward, H = {H}, B = {B}, K = {K}, "
-                                f"{args.episodes} episodes, 1 seed",
-                         "episodes": args.episodes, "sessions": args.sessions, "trainings": args.trainings,
-                         "sample_every": args.sample_every, "parallel": args.parallel, "warm_up": not args.no_warm,
-                         "training_concurrency": app.TRAINING_CONCURRENCY, "queue_max_size": app.QUEUE_MAX_SIZE,
-                         "max_sessions": args.max_sessions or app.STATE_SESSION_CAPACITY}})
+    result.update(
+        {
+            "config": {
+                "run": f"{TASK}, {', '.join(METHODS)}, {REWARD} reward, H = {H}, B = {B}, K = {K}, "
+                f"{args.episodes} episodes, 1 seed",
+                "episodes": args.episodes,
+                "sessions": args.sessions,
+                "trainings": args.trainings,
+                "sample_every": args.sample_every,
+                "parallel": args.parallel,
+                "warm_up": not args.no_warm,
+                "training_concurrency": app.TRAINING_CONCURRENCY,
+                "queue_max_size": app.QUEUE_MAX_SIZE,
+                "max_sessions": args.max_sessions or app.STATE_SESSION_CAPACITY,
+            }
+        }
+    )
     t_start = time.time()
     extra = () if args.max_sessions is None else ("--max-sessions", str(args.max_sessions))
     with running_server(warm=not args.no_warm, extra_args=extra) as server:
@@ -503,8 +592,10 @@ def run(args, log=print) -> dict:
             t0 = time.time()
             if not server.wait_for_line("warm-up", 1800):
                 raise RuntimeError("the startup warm-up did not finish within 1800 s")
-            log(f"  warm-up finished ({time.time() - t0:.0f} s after the server answered): "
-                f"{next(x for x in server.log if 'warm-up' in x)}")
+            log(
+                f"  warm-up finished ({time.time() - t0:.0f} s after the server answered): "
+                f"{next(x for x in server.log if 'warm-up' in x)}"
+            )
         result["memory_at_start_mb"] = idle_rss(server.url, pid)
         # one untimed run first compiles the benchmark's config (the warm-up compiles the app's default one), so
         # phase (a) measures queueing and streaming, not one compile that every session would wait behind
@@ -512,8 +603,10 @@ def run(args, log=print) -> dict:
         first = run_training(server.url, 0, 1.0, args.episodes)
         result["compile_run"] = {"ok": first["ok"], "error": first["error"], "total_s": time.time() - t0}
         result["memory_after_compile_run_mb"] = idle_rss(server.url, pid)
-        log(f"  compile run (seed 0, η 1): {result['compile_run']['total_s']:.1f} s, "
-            f"{'ok' if first['ok'] else first['error']}")
+        log(
+            f"  compile run (seed 0, η 1): {result['compile_run']['total_s']:.1f} s, "
+            f"{'ok' if first['ok'] else first['error']}"
+        )
         log(f"(a) {args.sessions} concurrent sessions, each training")
         t0 = time.time()
         sessions = concurrent_sessions(server.url, args.sessions, args.episodes)
@@ -521,8 +614,9 @@ def run(args, log=print) -> dict:
         log(f"  done in {result['sessions_wall_s']:.1f} s · {sum(not r['ok'] for r in sessions)} errors")
         log(f"(b) {args.trainings} trainings, {args.parallel} at a time, one new session each")
         t0 = time.time()
-        trainings, samples = sequential_trainings(server.url, pid, args.trainings, args.sample_every, args.parallel,
-                                                  args.sessions, args.episodes, log)
+        trainings, samples = sequential_trainings(
+            server.url, pid, args.trainings, args.sample_every, args.parallel, args.sessions, args.episodes, log
+        )
         result["trainings_wall_s"] = time.time() - t0
         if not args.no_queue_check:
             log(f"(c) queue bound: {app.TRAINING_CONCURRENCY} training + {app.QUEUE_MAX_SIZE} waiting, then more")
@@ -533,23 +627,49 @@ def run(args, log=print) -> dict:
     result["wall_s"] = time.time() - t_start
     result["sessions"] = latency_summary(sessions)
     result["trainings"] = latency_summary(trainings)
-    result["memory"] = dict(memory_verdict(samples, args.sample_every, args.threshold_mb), samples=samples,
-                            rss_at_start_mb=result.pop("memory_at_start_mb"),
-                            rss_after_compile_run_mb=result.pop("memory_after_compile_run_mb"),
-                            carry_mb=carry_mb(args.episodes),
-                            carry_note="bytes of one run's initial training state at this config (params, "
-                                       "optimizer state, knobs): what a leak of one run's state per training adds")
+    result["memory"] = dict(
+        memory_verdict(samples, args.sample_every, args.threshold_mb),
+        samples=samples,
+        rss_at_start_mb=result.pop("memory_at_start_mb"),
+        rss_after_compile_run_mb=result.pop("memory_after_compile_run_mb"),
+        carry_mb=carry_mb(args.episodes),
+        carry_note="bytes of one run's initial training state at this config (params, "
+        "optimizer state, knobs): what a leak of one run's state per training adds",
+    )
     result["own_data"] = own_data(sessions, trainings, args.sessions)
-    result["per_training"] = [{k: r.get(k) for k in ("training", "config", "seed", "eta", "ok", "error", "total_s",
-                                                      "signature", "q_error")} for r in trainings]
-    result["per_session"] = [{k: r.get(k) for k in ("session", "seed", "eta", "ok", "error", "first_update_s",
-                                                    "first_data_s", "total_s", "signature", "q_error")}
-                             for r in sessions]
+    result["per_training"] = [
+        {k: r.get(k) for k in ("training", "config", "seed", "eta", "ok", "error", "total_s", "signature", "q_error")}
+        for r in trainings
+    ]
+    result["per_session"] = [
+        {
+            k: r.get(k)
+            for k in (
+                "session",
+                "seed",
+                "eta",
+                "ok",
+                "error",
+                "first_update_s",
+                "first_data_s",
+                "total_s",
+                "signature",
+                "q_error",
+            )
+        }
+        for r in sessions
+    ]
     q_ok = result.get("queue", {}).get("ok", True)
-    result["ok"] = (result["compile_run"]["ok"] and result["sessions"]["errors"] == 0
-                    and result["trainings"]["errors"] == 0
-                    and result["own_data"]["ok"] and result["memory"]["ok"] and q_ok
-                    and result["server_alive_at_end"] and result["server_tracebacks"] == 0)
+    result["ok"] = (
+        result["compile_run"]["ok"]
+        and result["sessions"]["errors"] == 0
+        and result["trainings"]["errors"] == 0
+        and result["own_data"]["ok"]
+        and result["memory"]["ok"]
+        and q_ok
+        and result["server_alive_at_end"]
+        and result["server_tracebacks"] == 0
+    )
     return result
 
 

@@ -9,6 +9,7 @@ throughput also goes, with the command, the date, the commit and the host, to
 
 Usage (on the GPU machine):  python -m benchmarks.gpu_table3 --minutes 9 --out results/table3_paper
 """
+
 import argparse
 import json
 import pathlib
@@ -28,13 +29,17 @@ def order(runs):
     def rank(r):
         lab = r.label
         return (lab["setting"] != "P", -lab["H"] if lab["H"] == 10 else lab["H"], r.method not in ("tpo", "grpo"))
+
     return sorted(runs, key=rank)
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu_table3", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.gpu_table3",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--minutes", type=float, default=9.0, help="stop starting new configurations after this")
     ap.add_argument("--out", default="results/table3_paper")
     ap.add_argument("--chunk", type=int, default=250)
@@ -57,33 +62,59 @@ def main(argv=None):
             runner.write_run_file(out / run.filename, run, c, info)
             cached = (c, info)
             rates[run.key] = len(run.seeds) * run.length / info["seconds"]
-            print(f"{run.key}: {info['seconds']:.0f} s, {rates[run.key]:.0f} seed-episodes/s on "
-                  f"{info['devices']} device(s)", flush=True)
+            print(
+                f"{run.key}: {info['seconds']:.0f} s, {rates[run.key]:.0f} seed-episodes/s on "
+                f"{info['devices']} device(s)",
+                flush=True,
+            )
         done.append(run)
         curves[run.key], infos[run.key] = cached
-    summary = runner.summarize(preset, "paper", note + f"; {len(done)} of {len(runs)} configurations (time budget)",
-                               done, curves, infos, command="python -m benchmarks.gpu_table3")
+    summary = runner.summarize(
+        preset,
+        "paper",
+        note + f"; {len(done)} of {len(runs)} configurations (time budget)",
+        done,
+        curves,
+        infos,
+        command="python -m benchmarks.gpu_table3",
+    )
     atomic_io.write_json(out / "summary.json", summary)
     atomic_io.write_text(out / "figure.html", preset_figure_html(summary, done, curves))
-    device = dict(devices=[str(d) for d in jax.devices()], kind=jax.devices()[0].device_kind,
-                  wall_seconds=time.perf_counter() - t0, configurations=len(done),
-                  seed_episodes_per_second=rates)
+    device = dict(
+        devices=[str(d) for d in jax.devices()],
+        kind=jax.devices()[0].device_kind,
+        wall_seconds=time.perf_counter() - t0,
+        configurations=len(done),
+        seed_episodes_per_second=rates,
+    )
     atomic_io.write_json(out / "device.json", device)
     print(json.dumps(device, indent=1))
     result["machine"]["devices"] = device["devices"]
-    result.update(kind=device["kind"], out=str(out), minutes=args.minutes, wall_seconds=device["wall_seconds"],
-                  configurations=len(done), of=len(runs), seed_episodes_per_second=rates)
+    result.update(
+        kind=device["kind"],
+        out=str(out),
+        minutes=args.minutes,
+        wall_seconds=device["wall_seconds"],
+        configurations=len(done),
+        of=len(runs),
+        seed_episodes_per_second=rates,
+    )
     print(f"wrote {record.write('gpu_table3', record.finish(result))}")
 
 
 def rows(result: dict) -> list:
     """The figures of a results file as (what, measured) rows, for ``benchmarks/report.py``."""
-    out = [("device", f"{result['kind']} ({len(result['machine']['devices'])} device(s))"),
-           ("configurations finished in the time budget",
+    out = [
+        ("device", f"{result['kind']} ({len(result['machine']['devices'])} device(s))"),
+        (
+            "configurations finished in the time budget",
             f"{result['configurations']} of {result['of']} in {result['wall_seconds']:.0f} s (--minutes "
-            f"{result['minutes']:g})")]
-    out += [(f"{key}: seed-episodes per second", f"{rate:.0f}")
-            for key, rate in result["seed_episodes_per_second"].items()]
+            f"{result['minutes']:g})",
+        ),
+    ]
+    out += [
+        (f"{key}: seed-episodes per second", f"{rate:.0f}") for key, rate in result["seed_episodes_per_second"].items()
+    ]
     return out
 
 

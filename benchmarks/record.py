@@ -7,6 +7,7 @@ and a ``note`` saying what else ran beside the benchmark). The rest of the file 
 ``benchmarks/report.py`` renders every results file into ``benchmarks/results/README.md`` and the README's
 Performance table.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -22,15 +23,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 REQUIRED = ("command", "date", "commit", "machine")
 
-SHARED_NOTE = ("a shared machine: other jobs ran beside the benchmark (see the load averages); the project's long "
-               "reproductions (`tpo_core reproduce`, at nice 10) were running")
+SHARED_NOTE = (
+    "a shared machine: other jobs ran beside the benchmark (see the load averages); the project's long "
+    "reproductions (`tpo_core reproduce`, at nice 10) were running"
+)
 IDLE_NOTE = "nothing else ran beside the benchmark (see the load averages)"
 
 
 def git_commit() -> str | None:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or None
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -46,10 +53,16 @@ def command_line(name: str, argv=None, module: bool = False) -> str:
 def header(command: str, note: str | None = None) -> dict:
     """The results file's opening keys, taken when the benchmark starts. ``note``: what ran beside it; by default
     read from ``$TPO_BENCH_NOTE``, else the shared-machine note (this project's machine is shared)."""
-    return {"command": command, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-            "commit": git_commit(),
-            "machine": {"cpus": os.cpu_count(), "loadavg_start": list(os.getloadavg()),
-                        "note": note or os.environ.get("TPO_BENCH_NOTE") or SHARED_NOTE}}
+    return {
+        "command": command,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "commit": git_commit(),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "loadavg_start": list(os.getloadavg()),
+            "note": note or os.environ.get("TPO_BENCH_NOTE") or SHARED_NOTE,
+        },
+    }
 
 
 def matmul_gflops(n: int = 2048, repeat: int = 5) -> float:
@@ -67,7 +80,7 @@ def matmul_gflops(n: int = 2048, repeat: int = 5) -> float:
         t = time.perf_counter()
         jax.block_until_ready(mm(a, a))
         best = min(best, time.perf_counter() - t)
-    return 2 * n ** 3 / best / 1e9
+    return 2 * n**3 / best / 1e9
 
 
 def finish(result: dict) -> dict:
@@ -87,9 +100,12 @@ def write(name: str, result: dict, out: pathlib.Path | None = None) -> pathlib.P
     path = pathlib.Path(out) if out is not None else RESULTS / f"{name}.json"
     write_json(path, result)
     m = result["machine"]
-    print(f"{result['command']} · {result['date']} · commit {result['commit']} · {m['cpus']} CPUs, load average "
-          f"{m['loadavg_start'][0]:.1f} → {m.get('loadavg_end', [float('nan')])[0]:.1f}"
-          + (f", 2048² matmul {m['matmul_gflops']:.0f} GFLOP/s" if m.get("matmul_gflops") else ""), flush=True)
+    print(
+        f"{result['command']} · {result['date']} · commit {result['commit']} · {m['cpus']} CPUs, load average "
+        f"{m['loadavg_start'][0]:.1f} → {m.get('loadavg_end', [float('nan')])[0]:.1f}"
+        + (f", 2048² matmul {m['matmul_gflops']:.0f} GFLOP/s" if m.get("matmul_gflops") else ""),
+        flush=True,
+    )
     return path
 
 

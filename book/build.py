@@ -22,6 +22,7 @@ Steps:
 
 Exit status 0 only if all of that holds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -105,8 +106,10 @@ def copy_mathjax() -> pathlib.Path:
     if src is None:
         src = _mathjax_from_npm()
     if src is None:
-        raise SystemExit("MathJax not found: `pip install django-static-mathjax==3.2.2.1` (in requirements.txt) "
-                         f"or make `npm pack {MATHJAX_NPM}` work")
+        raise SystemExit(
+            "MathJax not found: `pip install django-static-mathjax==3.2.2.1` (in requirements.txt) "
+            f"or make `npm pack {MATHJAX_NPM}` work"
+        )
     MATHJAX_DIR.mkdir(exist_ok=True)
     if not dst.exists() or dst.stat().st_size != src.stat().st_size:
         shutil.copyfile(src, dst)
@@ -182,7 +185,9 @@ def html_problems(docnames: list[str], html_dir: pathlib.Path | None = None) -> 
 
 
 WARNING_RE = re.compile(r"(WARNING|ERROR|CRITICAL):")
-SUBSET_NOISE = re.compile(r"unknown (source )?document|reference target not found|undefined label|toctree contains reference to", re.I)
+SUBSET_NOISE = re.compile(
+    r"unknown (source )?document|reference target not found|undefined label|toctree contains reference to", re.I
+)
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -207,8 +212,23 @@ def run_build(toc: pathlib.Path | None, jobs: int = 1) -> tuple[int, list[str], 
         # (the conf.py is this build's, removed after it). -E: a fresh environment, so that every page is read, and
         # so executed, at every build, as `jupyter-book build` does (it never reuses a saved environment)
         subprocess.run([jupyter_book, "config", "sphinx", ".", *subset], cwd=ROOT, check=True, capture_output=True)
-        cmd = [sys.executable, "-m", "book.jb_parallel", str(jobs), "-b", "html", "-a", "-E", "-W", "-n", "--keep-going",
-               "-d", str(BUILD / ".doctrees"), ".", str(HTML)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "book.jb_parallel",
+            str(jobs),
+            "-b",
+            "html",
+            "-a",
+            "-E",
+            "-W",
+            "-n",
+            "--keep-going",
+            "-d",
+            str(BUILD / ".doctrees"),
+            ".",
+            str(HTML),
+        ]
     else:
         cmd = [jupyter_book, "build", ".", "--all", "-W", "-n", "--keep-going", *subset]
     if toc is not None:  # a subset: links to the pages left out are expected to dangle (checked below)
@@ -218,8 +238,9 @@ def run_build(toc: pathlib.Path | None, jobs: int = 1) -> tuple[int, list[str], 
     warnings, executed = [], {}
     try:
         with open(BUILD / "build.log", "w", encoding="utf-8") as logfile:
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    bufsize=1, env=os.environ)
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=os.environ
+            )
             for line in proc.stdout:
                 sys.stdout.write(line)
                 logfile.write(line)
@@ -228,7 +249,9 @@ def run_build(toc: pathlib.Path | None, jobs: int = 1) -> tuple[int, list[str], 
                     warnings.append(clean)
                 if m := EXECUTED_RE.search(clean):
                     page = pathlib.Path(m.group(1)).resolve()
-                    executed[page.relative_to(ROOT).as_posix() if page.is_relative_to(ROOT) else str(page)] = float(m.group(2))
+                    executed[page.relative_to(ROOT).as_posix() if page.is_relative_to(ROOT) else str(page)] = float(
+                        m.group(2)
+                    )
             rc = proc.wait()
     finally:
         CONF_PY.unlink(missing_ok=True)
@@ -237,11 +260,18 @@ def run_build(toc: pathlib.Path | None, jobs: int = 1) -> tuple[int, list[str], 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m book.build", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="", help="comma-separated chapter prefixes (e.g. 01,03): build the "
-                                                   "preface, these pages and the references only")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated chapter prefixes (e.g. 01,03): build the preface, these pages and the references only",
+    )
     parser.add_argument("--existing-only", action="store_true", help="leave out toc entries with no file yet")
-    parser.add_argument("--jobs", type=int, default=None, help="pages executed at once (default: one per core, at "
-                                                              "most 4; 1 = Jupyter Book's own serial build)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="pages executed at once (default: one per core, at most 4; 1 = Jupyter Book's own serial build)",
+    )
     parser.add_argument("--no-sync-check", action="store_true", help="do not require the .ipynb pairs in sync")
     args = parser.parse_args(argv)
     jobs = default_jobs() if args.jobs is None else args.jobs
@@ -263,8 +293,11 @@ def main(argv=None) -> int:
     toc = None
     if args.only:
         prefixes = [p.strip() for p in args.only.split(",") if p.strip()]
-        keep = lambda d: (pathlib.PurePath(d).name == "references"  # noqa: E731 (citations need it)
-                          or any(pathlib.PurePath(d).name.startswith(p) for p in prefixes))
+
+        def keep(d):  # the references page too: the citations need it
+            name = pathlib.PurePath(d).name
+            return name == "references" or any(name.startswith(p) for p in prefixes)
+
         toc = filtered_toc(keep)
         docs = toc_files(toc)
     elif args.existing_only:
@@ -297,14 +330,29 @@ def main(argv=None) -> int:
     if warnings:
         problems.append(f"{len(warnings)} warning(s):\n  " + "\n  ".join(warnings))
     problems += html_problems(docs)
-    log(f"built {len(docs)} pages in {elapsed:.0f} s, {jobs} at a time (TPO_QUICK={os.environ['TPO_QUICK']}) -> "
-        f"{HTML.relative_to(ROOT)}")
+    log(
+        f"built {len(docs)} pages in {elapsed:.0f} s, {jobs} at a time (TPO_QUICK={os.environ['TPO_QUICK']}) -> "
+        f"{HTML.relative_to(ROOT)}"
+    )
     for doc, seconds in sorted(executed.items(), key=lambda kv: -kv[1]):
         log(f"  executed {doc} in {seconds:.0f} s")
-    STAMP.write_text(json.dumps({"ok": not problems, "full": toc is None, "docs": docs, "warnings": warnings,
-                                 "problems": problems, "seconds": round(elapsed, 1), "returncode": rc,
-                                 "jobs": jobs, "executed_s": executed,
-                                 "quick": os.environ["TPO_QUICK"]}, indent=1))
+    STAMP.write_text(
+        json.dumps(
+            {
+                "ok": not problems,
+                "full": toc is None,
+                "docs": docs,
+                "warnings": warnings,
+                "problems": problems,
+                "seconds": round(elapsed, 1),
+                "returncode": rc,
+                "jobs": jobs,
+                "executed_s": executed,
+                "quick": os.environ["TPO_QUICK"],
+            },
+            indent=1,
+        )
+    )
     if problems:
         for p in problems:
             log(f"FAILED: {p}")

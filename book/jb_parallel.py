@@ -37,6 +37,7 @@ Each page still runs in its own fresh kernel exactly as in a serial build; only 
 Pages do not share state (each glues only its own values), so the output is the same as ``jupyter-book build``'s
 (``python -m book.build --jobs 1``): the HTML of the two differs only in plotly's random figure ids.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -87,8 +88,10 @@ def setup(app):
 
 def main(argv: list[str]) -> int:
     if not argv or not argv[0].isdigit() or int(argv[0]) < 1:
-        print("book.jb_parallel: the first argument is the number of worker processes (a whole number ≥ 1)",
-              file=sys.stderr)
+        print(
+            "book.jb_parallel: the first argument is the number of worker processes (a whole number ≥ 1)",
+            file=sys.stderr,
+        )
         return 2
     jobs, rest = int(argv[0]), argv[1:]
     import sphinx.builders

@@ -25,6 +25,7 @@ kept. ``python -m book.sync`` copies it into the line ``REPOSITORY = "..."`` of 
 cell, in the ``.md`` itself (so the book's rendered input shows the real URL) and so in the notebook;
 ``--check`` reports a chapter whose line differs from ``_config.yml``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -101,9 +102,13 @@ def _bib(path: str) -> dict[str, str]:
         first = names[0] if names else key
         surname = first.split(",")[0].strip() if "," in first else first.split()[-1]
         surname = surname.strip("{}")
-        who = surname + (" et al." if len(names) > 2 else f" and {names[1].split(',')[0].split()[-1]}"
-                         if len(names) == 2 and "," not in names[1] else
-                         (f" and {names[1].split(',')[0].strip()}" if len(names) == 2 else ""))
+        who = surname + (
+            " et al."
+            if len(names) > 2
+            else f" and {names[1].split(',')[0].split()[-1]}"
+            if len(names) == 2 and "," not in names[1]
+            else (f" and {names[1].split(',')[0].strip()}" if len(names) == 2 else "")
+        )
         out[key] = f"{who} {year.group(1)}" if year else who
     return out
 
@@ -118,7 +123,7 @@ def _labels(book_dir: str) -> dict[str, str]:
             m = re.match(r"^\(([\w:-]+)\)=\s*$", line)
             if not m:
                 continue
-            nxt = next((x for x in lines[i + 1:] if x.strip()), "")
+            nxt = next((x for x in lines[i + 1 :] if x.strip()), "")
             head = re.match(r"^#+\s+(.*)$", nxt)
             fence = _FENCE.match(nxt)
             out[m.group(1)] = head.group(1) if head else (fence.group("arg").strip() if fence else m.group(1))
@@ -155,7 +160,7 @@ def _title(name: str, arg: str) -> str:
 def plain_markdown(text: str, book_dir: pathlib.Path | None = None) -> str:
     """One markdown cell of a MyST chapter as plain Markdown (module docstring)."""
     book_dir = BOOK if book_dir is None else pathlib.Path(book_dir)
-    out, stack = [], []          # stack: (fence, quote?) of the directives we are inside
+    out, stack = [], []  # stack: (fence, quote?) of the directives we are inside
     lines = text.split("\n")
     i = 0
     while i < len(lines):
@@ -165,7 +170,7 @@ def plain_markdown(text: str, book_dir: pathlib.Path | None = None) -> str:
         if m:
             name, arg = m.group("name"), m.group("arg").strip()
             i += 1
-            while i < len(lines) and re.match(r"^\s*:[\w-]+:", lines[i]):   # directive options
+            while i < len(lines) and re.match(r"^\s*:[\w-]+:", lines[i]):  # directive options
                 i += 1
             if name in ("exercise-end", "solution-end"):
                 close = m.group("fence")
@@ -182,7 +187,7 @@ def plain_markdown(text: str, book_dir: pathlib.Path | None = None) -> str:
             elif name in ADMONITIONS or name == "admonition":
                 out.append(quote + f"> **{_title(name, arg)}**")
                 out.append(quote + ">")
-                while i < len(lines) and not lines[i].strip():   # the body's leading blank lines
+                while i < len(lines) and not lines[i].strip():  # the body's leading blank lines
                     i += 1
                 stack.append((m.group("fence"), True))
                 continue
@@ -229,17 +234,23 @@ def is_install_cell(cell) -> bool:
 
 def install_repositories(text: str) -> list[str]:
     """The ``REPOSITORY = "..."`` values of the install cells in a MyST chapter's text."""
-    return [m.group(2) for c in _CODE_CELL.finditer(text) if _is_install_source(c.group("body"))
-            for m in REPOSITORY_LINE.finditer(c.group("body"))]
+    return [
+        m.group(2)
+        for c in _CODE_CELL.finditer(text)
+        if _is_install_source(c.group("body"))
+        for m in REPOSITORY_LINE.finditer(c.group("body"))
+    ]
 
 
 def with_repository(text: str, repo: str) -> str:
     """A MyST chapter's text with every install cell's ``REPOSITORY`` line set to ``repo`` (nothing else changed)."""
+
     def cell(c: re.Match) -> str:
         body = c.group("body")
         if not _is_install_source(body):
             return c.group(0)
         return c.group("open") + _install_cell(body, repo) + c.group("close")
+
     return _CODE_CELL.sub(cell, text)
 
 
@@ -270,7 +281,7 @@ def to_ipynb(md_path: pathlib.Path):
         cell.metadata.pop("lines_to_next_cell", None)
         if cell.cell_type == "markdown":
             markers = re.findall(r"\{solution-(start|end)\}", cell.source)
-            if markers:                         # the last marker of the cell decides (end + next start)
+            if markers:  # the last marker of the cell decides (end + next start)
                 in_solution = markers[-1] == "start"
             cell.source = plain_markdown(cell.source, md_path.parent)
         elif cell.cell_type == "code":
@@ -279,7 +290,7 @@ def to_ipynb(md_path: pathlib.Path):
             if repo and is_install_cell(cell):
                 cell.source = _install_cell(cell.source, repo)
             if in_solution:
-                cell.metadata["cellView"] = "form"                 # Colab: code hidden behind "Show code"
+                cell.metadata["cellView"] = "form"  # Colab: code hidden behind "Show code"
                 cell.metadata["jupyter"] = {"source_hidden": True}  # Jupyter: collapsed input
     # a markdown cell left empty by the conversion (only a label or an end fence) is dropped
     nb.cells = [c for c in nb.cells if c.cell_type != "markdown" or c.source.strip()]
@@ -315,8 +326,10 @@ def problems(md_path: pathlib.Path) -> list[str]:
     want, have = _cells(to_ipynb(md_path)), _cells(nb)
     if want != have:
         n = next((i for i, (a, b) in enumerate(zip(want, have)) if a != b), min(len(want), len(have)))
-        found.append(f"cells differ from {md_path.name} (first difference at cell {n}; "
-                     f"{len(want)} cells from the .md, {len(have)} in .ipynb)")
+        found.append(
+            f"cells differ from {md_path.name} (first difference at cell {n}; "
+            f"{len(want)} cells from the .md, {len(have)} in .ipynb)"
+        )
     raw = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and MYST_LEFT.search(c.source)]
     if raw:
         found.append(f"MyST syntax left in markdown cells {raw} (Colab would show it raw)")

@@ -9,6 +9,7 @@ and **paper results** (the reproduced tables beside the paper's). Environment: `
 ``TPO_DEMO_PORT``, ``TPO_DEMO_WARM=0`` (skip the startup warm-up), ``TPO_DEMO_MAX_SESSIONS``. Nothing launches at import;
 :func:`build_app` returns the ``gr.Blocks``.
 """
+
 from __future__ import annotations
 
 import os
@@ -135,8 +136,12 @@ def train_stream(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, b
             figures = T.figures(hist, backend)
             stop = STOPS.take(session)
             last = stopped_status(hist) if stop else figures[0]
-            yield (last, *figures[1:], hist,
-                   gr.update(maximum=max(n_tracked, 1), value=n_tracked, interactive=hist["done"] > 1))
+            yield (
+                last,
+                *figures[1:],
+                hist,
+                gr.update(maximum=max(n_tracked, 1), value=n_tracked, interactive=hist["done"] > 1),
+            )
             if stop:
                 return
     finally:
@@ -195,12 +200,18 @@ def paper_view():
     """(markdown: our reproduced tables or a note, then the paper's tables; figure choices; first figure html)."""
     body, note = paper.load_report()
     if body is None:
-        md = (f"ℹ️ {note} Run the reproduction presets (`python -m tpo_core reproduce <preset> --budget cpu "
-              "--out results/<preset>`, see `results/README.md`) to fill `results/`; until then only the "
-              "**paper's** numbers are shown below.\n\n" + paper.PAPER_TABLES)
+        md = (
+            f"ℹ️ {note} Run the reproduction presets (`python -m tpo_core reproduce <preset> --budget cpu "
+            "--out results/<preset>`, see `results/README.md`) to fill `results/`; until then only the "
+            "**paper's** numbers are shown below.\n\n" + paper.PAPER_TABLES
+        )
     else:
-        md = ("## Reproduced here (from `results/`, computed by `tpo_core.lab.report`)\n\n" + body + "\n\n---\n\n"
-              + paper.PAPER_TABLES)
+        md = (
+            "## Reproduced here (from `results/`, computed by `tpo_core.lab.report`)\n\n"
+            + body
+            + "\n\n---\n\n"
+            + paper.PAPER_TABLES
+        )
     figs = [(f.parent.name, str(f)) for f in paper.figure_files()]
     return md, figs, paper.figure_iframe(figs[0][1]) if figs else ""
 
@@ -370,6 +381,7 @@ WARMUP = {"state": "not started", "seconds": None}
 
 def start_warmup() -> threading.Thread:
     """Compile the default configuration's programs in a background thread (cached on disk too)."""
+
     def work():
         WARMUP["state"] = "running"
         try:
@@ -398,17 +410,31 @@ def _positive_int(text):
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m demos.app", description="TPO, interactively (Gradio demo)")
-    ap.add_argument("--host", default=os.environ.get("TPO_DEMO_HOST", "127.0.0.1"),
-                    help="interface to bind (default 127.0.0.1; env TPO_DEMO_HOST)")
-    ap.add_argument("--port", type=int, default=int(os.environ.get("TPO_DEMO_PORT", "7860")),
-                    help="port (default 7860; env TPO_DEMO_PORT)")
+    ap.add_argument(
+        "--host",
+        default=os.environ.get("TPO_DEMO_HOST", "127.0.0.1"),
+        help="interface to bind (default 127.0.0.1; env TPO_DEMO_HOST)",
+    )
+    ap.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("TPO_DEMO_PORT", "7860")),
+        help="port (default 7860; env TPO_DEMO_PORT)",
+    )
     ap.add_argument("--share", action="store_true", help="also create a public gradio.live link (off by default)")
-    ap.add_argument("--no-warm", action="store_true", default=os.environ.get("TPO_DEMO_WARM") == "0",
-                    help="skip compiling the default training config at startup (env TPO_DEMO_WARM=0)")
-    ap.add_argument("--max-sessions", type=_positive_int,
-                    default=int(os.environ.get("TPO_DEMO_MAX_SESSIONS", STATE_SESSION_CAPACITY)),
-                    help="sessions whose state the server keeps, least recently used dropped first (default "
-                         f"{STATE_SESSION_CAPACITY}; env TPO_DEMO_MAX_SESSIONS)")
+    ap.add_argument(
+        "--no-warm",
+        action="store_true",
+        default=os.environ.get("TPO_DEMO_WARM") == "0",
+        help="skip compiling the default training config at startup (env TPO_DEMO_WARM=0)",
+    )
+    ap.add_argument(
+        "--max-sessions",
+        type=_positive_int,
+        default=int(os.environ.get("TPO_DEMO_MAX_SESSIONS", STATE_SESSION_CAPACITY)),
+        help="sessions whose state the server keeps, least recently used dropped first (default "
+        f"{STATE_SESSION_CAPACITY}; env TPO_DEMO_MAX_SESSIONS)",
+    )
     return ap.parse_args(argv)
 
 
@@ -423,12 +449,21 @@ def main(argv=None):
     cache = enable_compile_cache()
     t0 = time.perf_counter()
     demo = build_app()
-    print(f"[demo] JAX backend {_backend()}, compile cache {cache}, app built in {time.perf_counter() - t0:.1f} s",
-          flush=True)
+    print(
+        f"[demo] JAX backend {_backend()}, compile cache {cache}, app built in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     if not args.no_warm:
         start_warmup()
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, ssr_mode=False, show_error=True,
-                allowed_paths=[str(paper.results_dir())], state_session_capacity=args.max_sessions)
+    demo.launch(
+        server_name=args.host,
+        server_port=args.port,
+        share=args.share,
+        ssr_mode=False,
+        show_error=True,
+        allowed_paths=[str(paper.results_dir())],
+        state_session_capacity=args.max_sessions,
+    )
 
 
 if __name__ == "__main__":

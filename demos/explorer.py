@@ -8,6 +8,7 @@ against :func:`tpo_core.losses.tpo_target` / :func:`tpo_core.losses.grpo_advanta
     ∂L/∂ℓ_i = p_i - q_i         (the gradient TPO's cross-entropy puts on each group log-prob)
     A_i = (s_i - mean s) / (σ + 1e-8)   (GRPO)
 """
+
 from __future__ import annotations
 
 import math
@@ -24,7 +25,7 @@ from .inputs import InputError, check_eta, check_int
 MAX_K = 64            # largest group the explorer accepts
 N_ALTERNATIVES = 400  # perturbed distributions q is compared against
 
-SCORE_PRESETS = core.SCORE_PRESETS + ("custom",)   # one copy of the presets, shared with the book
+SCORE_PRESETS = core.SCORE_PRESETS + ("custom",)  # one copy of the presets, shared with the book
 LOGP_PRESETS = core.LOGP_PRESETS + ("custom",)
 
 
@@ -33,8 +34,6 @@ LOGP_PRESETS = core.LOGP_PRESETS + ("custom",)
 # --------------------------------------------------------------------------------------------
 def check_k(K, max_k: int = MAX_K) -> int:
     return check_int("K", K, 2, max_k)
-
-
 
 
 def parse_numbers(text, name: str, K: int) -> np.ndarray:
@@ -136,16 +135,27 @@ def analyse(K, eta, scores, logp_old, seed: int = 0) -> dict:
     onehot = np.zeros(K)
     onehot[best[0]] = 1.0
     return dict(
-        K=K, eta=eta, scores=scores, p_old=p_old, u=u, q=q, grad=p_old - q, adv=adv,
+        K=K,
+        eta=eta,
+        scores=scores,
+        p_old=p_old,
+        u=u,
+        q=q,
+        grad=p_old - q,
+        adv=adv,
         zero_variance=bool(np.sqrt(((scores - scores.mean()) ** 2).mean()) <= STD_FLOOR),
         J_q=float(kl_objective(q, u, p_old, eta)),
         J_closed=float(eta * np.log((p_old * np.exp(u / eta)).sum())),
         J_p_old=float(kl_objective(p_old, u, p_old, eta)),
         J_onehot=float(kl_objective(onehot, u, p_old, eta)),
         J_no_anchor=float(kl_objective(softmax(u / eta), u, p_old, eta)),
-        J_alt_best=float(j_alt.max()), n_alt=int(alt.shape[0]),
-        mass_best_old=float(p_old[best].sum()), mass_best_q=float(q[best].sum()),
-        grad_l1=float(np.abs(p_old - q).sum()), adv_l1=float(np.abs(adv).sum()))
+        J_alt_best=float(j_alt.max()),
+        n_alt=int(alt.shape[0]),
+        mass_best_old=float(p_old[best].sum()),
+        mass_best_q=float(q[best].sum()),
+        grad_l1=float(np.abs(p_old - q).sum()),
+        adv_l1=float(np.abs(adv).sum()),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,19 +170,47 @@ def panels_figure(panels, *, title: str = "", height: int = 330, barmode: str = 
 
     n, gap = len(panels), 0.08
     width = (1.0 - gap * (n - 1)) / n
-    data, layout = [], dict(barmode=barmode, height=height, annotations=[],
-                            title=dict(text=title, font=dict(size=14)) if title else None,
-                            legend=dict(orientation="h", y=-0.15), margin=dict(l=40, r=10, t=70 if title else 40, b=30))
+    data, layout = (
+        [],
+        dict(
+            barmode=barmode,
+            height=height,
+            annotations=[],
+            title=dict(text=title, font=dict(size=14)) if title else None,
+            legend=dict(orientation="h", y=-0.15),
+            margin=dict(l=40, r=10, t=70 if title else 40, b=30),
+        ),
+    )
     for i, (subtitle, bars) in enumerate(panels):
         ax = "" if i == 0 else str(i + 1)
         lo = i * (width + gap)
         layout[f"xaxis{ax}"] = dict(domain=[lo, lo + width], anchor=f"y{ax}")
         layout[f"yaxis{ax}"] = dict(anchor=f"x{ax}", zeroline=True)
-        layout["annotations"].append(dict(text=subtitle, x=lo + width / 2, y=1.0, xref="paper", yref="paper",
-                                          showarrow=False, xanchor="center", yanchor="bottom", font=dict(size=12)))
+        layout["annotations"].append(
+            dict(
+                text=subtitle,
+                x=lo + width / 2,
+                y=1.0,
+                xref="paper",
+                yref="paper",
+                showarrow=False,
+                xanchor="center",
+                yanchor="bottom",
+                font=dict(size=12),
+            )
+        )
         for name, x, y, colour in bars:
-            data.append(dict(type="bar", x=list(x), y=np.asarray(y, float).tolist(), name=name,
-                             marker=dict(color=colour), xaxis=f"x{ax}", yaxis=f"y{ax}"))
+            data.append(
+                dict(
+                    type="bar",
+                    x=list(x),
+                    y=np.asarray(y, float).tolist(),
+                    name=name,
+                    marker=dict(color=colour),
+                    xaxis=f"x{ax}",
+                    yaxis=f"y{ax}",
+                )
+            )
     return go.Figure(data=data, layout={k: v for k, v in layout.items() if v is not None}, _validate=False)
 
 
@@ -183,20 +221,28 @@ def _names(K):
 def bars_figure(a: dict):
     """p_old and q over the group; u and the first-epoch gradient p − q (colours of ``figures.COLORS``)."""
     c, x = figures.color, _names(a["K"])
-    return panels_figure([
-        ("distributions over the group", [("p_old", x, a["p_old"], c("p_old")), ("q", x, a["q"], c("q"))]),
-        ("standardised scores u and the gradient p − q (at p = p_old)",
-         [("u", x, a["u"], c("u")), ("p − q", x, a["grad"], c("grad"))]),
-    ], title=f"One group, K = {a['K']}, η = {a['eta']:g}: p_old → q")
+    return panels_figure(
+        [
+            ("distributions over the group", [("p_old", x, a["p_old"], c("p_old")), ("q", x, a["q"], c("q"))]),
+            (
+                "standardised scores u and the gradient p − q (at p = p_old)",
+                [("u", x, a["u"], c("u")), ("p − q", x, a["grad"], c("grad"))],
+            ),
+        ],
+        title=f"One group, K = {a['K']}, η = {a['eta']:g}: p_old → q",
+    )
 
 
 def contrast_figure(a: dict):
     """What each method pushes on every log-prob at the first epoch: TPO q − p_old, GRPO A_i."""
     c, x = figures.color, _names(a["K"])
-    fig = panels_figure([
-        ("TPO: q − p_old (bounded, 0 at p = q)", [("TPO  q − p_old", x, a["q"] - a["p_old"], c("tpo"))]),
-        ("GRPO: advantage A_i (no p_old, no η)", [("GRPO  A", x, a["adv"], c("grpo"))]),
-    ], height=300)
+    fig = panels_figure(
+        [
+            ("TPO: q − p_old (bounded, 0 at p = q)", [("TPO  q − p_old", x, a["q"] - a["p_old"], c("tpo"))]),
+            ("GRPO: advantage A_i (no p_old, no η)", [("GRPO  A", x, a["adv"], c("grpo"))]),
+        ],
+        height=300,
+    )
     fig.update_layout(showlegend=False)
     return fig
 
@@ -208,8 +254,10 @@ def _f(x: float) -> str:
 def summary_markdown(a: dict) -> str:
     lines = []
     if a["zero_variance"]:
-        lines.append("**Zero-variance group** (all scores equal): u = 0, so **q = p_old** and TPO's first-epoch "
-                     "gradient is exactly zero; GRPO's advantages are zero too (no signal for either).")
+        lines.append(
+            "**Zero-variance group** (all scores equal): u = 0, so **q = p_old** and TPO's first-epoch "
+            "gradient is exactly zero; GRPO's advantages are zero too (no signal for either)."
+        )
     ok = a["J_q"] >= a["J_alt_best"] - 1e-9
     lines += [
         f"**KL-regularised objective** J(r) = Σ rᵢuᵢ − η·KL(r‖p_old), η = {a['eta']:g}:",

@@ -1,6 +1,7 @@
 """The "Paper results" tab: our reproduced numbers (``results/``, via :mod:`tpo_core.lab.report`) beside the
 paper's published ones. Without reproduced results it says so and shows only the paper's tables,
 labelled as the paper's."""
+
 from __future__ import annotations
 
 import os
@@ -49,5 +50,7 @@ def figure_iframe(path) -> str:
     import html
 
     p = pathlib.Path(path).resolve()
-    return (f'<iframe src="/gradio_api/file={html.escape(str(p))}" style="width:100%;height:560px;border:0" '
-            f'title="{html.escape(p.parent.name)}"></iframe>')
+    return (
+        f'<iframe src="/gradio_api/file={html.escape(str(p))}" style="width:100%;height:560px;border:0" '
+        f'title="{html.escape(p.parent.name)}"></iframe>'
+    )

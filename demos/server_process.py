@@ -6,6 +6,7 @@
 The server is always terminated on exit (then killed if it does not stop within 20 s); its output
 is kept in ``server.log`` (a list of lines, read by a background thread).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -78,12 +79,16 @@ def stop(proc: subprocess.Popen) -> None:
 def running_server(port: int | None = None, warm: bool = False, timeout: float = 240.0, extra_args=()):
     """Start the demo on 127.0.0.1:<port> (a free port by default), yield a :class:`Server`, stop it."""
     port = port or free_port()
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", TPO_DEMO_WARM="1" if warm else "0",
-               PYTHONUNBUFFERED="1")
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", TPO_DEMO_WARM="1" if warm else "0", PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    proc = subprocess.Popen([sys.executable, "-m", "demos.app", "--host", "127.0.0.1", "--port", str(port),
-                             *extra_args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "demos.app", "--host", "127.0.0.1", "--port", str(port), *extra_args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         server = Server(proc, f"http://127.0.0.1:{port}/")
         _wait_ready(server, timeout)

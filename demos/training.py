@@ -6,6 +6,7 @@ the notebook widget (:mod:`tpo_core.lab.widget`); this module re-exports them un
 used (``validate`` raising the demo's ``InputError``), and keeps what only the demo needs: its default run and the
 explanation shown beside its plots.
 """
+
 from __future__ import annotations
 
 from tpo_core import methods as M  # noqa: F401
@@ -80,5 +81,6 @@ EXPLAIN = {
         "pulls p toward q over the epochs (the KL in each title says how close it got); GRPO does not aim at "
         "q (it is drawn for comparison). Use the slider to scrub "
         "through episodes. The paper's gradient-norm observation was made at H = 8, B = 256, K = 32 over "
-        "2,000 episodes, larger than a live run here."),
+        "2,000 episodes, larger than a live run here."
+    ),
 }

@@ -6,6 +6,7 @@ builds ``demos.app.build_app()`` and launches it.
 Host and port: ``TPO_DEMO_HOST`` / ``TPO_DEMO_PORT`` (as for ``python -m demos.app``), else Gradio's own
 ``GRADIO_SERVER_NAME`` / ``GRADIO_SERVER_PORT``, else 0.0.0.0:7860. ``TPO_DEMO_WARM=0`` skips compiling the
 default training configuration at startup."""
+
 import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is imported

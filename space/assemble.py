@@ -22,6 +22,7 @@ The folder is built beside ``--out`` and renamed into place, so ``--out`` either
 a non-empty ``--out`` is refused. Only the standard library is used: the workflow runs this before installing
 anything.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,19 @@ SPACE_DIR = pathlib.Path(__file__).resolve().parent
 
 # The demo's third-party dependencies besides gradio (which Spaces installs from sdk_version): tpo_core's own
 # (pyproject.toml) and what demos/ imports, pinned as in the repository's requirements.txt (jax's CPU build).
-DEPENDENCIES = ("jax[cpu]", "jaxlib", "flax", "optax", "chex", "numpy", "scikit-learn", "plotly", "tqdm", "ipywidgets",
-                "anywidget")
+DEPENDENCIES = (
+    "jax[cpu]",
+    "jaxlib",
+    "flax",
+    "optax",
+    "chex",
+    "numpy",
+    "scikit-learn",
+    "plotly",
+    "tqdm",
+    "ipywidgets",
+    "anywidget",
+)
 SPACE_FILES = ("README.md", "app.py")  # from space/, into the folder's root
 RESULT_FILES = ("summary.json", "NOTES.md")  # per preset folder under results/ (figures stay out: ~5 MB each)
 
@@ -127,8 +139,13 @@ def head_commit() -> str:
 
 def _uncommitted_engine() -> bool:
     try:
-        out = subprocess.run(["git", "status", "--porcelain", "--", "tpo_core", "pyproject.toml"], cwd=ROOT,
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--", "tpo_core", "pyproject.toml"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     except (OSError, subprocess.CalledProcessError):
         return False
     return bool(out.stdout.strip())
@@ -143,8 +160,10 @@ def tpo_core_requirement(tpo_core: str | None = None, ref: str | None = None) ->
     if ref is None:
         ref = head_commit()
         if _uncommitted_engine():
-            print(f"space.assemble: warning: tpo_core has uncommitted changes; the Space installs commit {ref[:12]}",
-                  file=sys.stderr)
+            print(
+                f"space.assemble: warning: tpo_core has uncommitted changes; the Space installs commit {ref[:12]}",
+                file=sys.stderr,
+            )
     if not re.fullmatch(r"[0-9a-f]{7,40}", ref):
         raise AssembleError(f"--ref {ref!r} is not a commit hash")
     return f"tpo_core @ git+{repository_url()}.git@{ref}"
@@ -156,9 +175,14 @@ def requirements_text(tpo_core_line: str) -> str:
     if missing:
         raise AssembleError(f"requirements.txt pins none of {', '.join(missing)}")
     lines = [pins[_canonical(d)] for d in DEPENDENCIES]
-    return ("# Written by space/assemble.py: tpo_core and the demo's dependencies at the repository's pins.\n"
-            "# gradio itself is installed by Spaces from README.md's sdk_version.\n"
-            + tpo_core_line + "\n" + "\n".join(lines) + "\n")
+    return (
+        "# Written by space/assemble.py: tpo_core and the demo's dependencies at the repository's pins.\n"
+        "# gradio itself is installed by Spaces from README.md's sdk_version.\n"
+        + tpo_core_line
+        + "\n"
+        + "\n".join(lines)
+        + "\n"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,8 +192,10 @@ def check_sources() -> None:
     readme = SPACE_DIR / "README.md"
     sdk_version = front_matter_field(readme, "sdk_version")
     if sdk_version != gradio_pin():
-        raise AssembleError(f"space/README.md has sdk_version {sdk_version!r} but requirements.txt pins "
-                            f"gradio=={gradio_pin()}: make them equal")
+        raise AssembleError(
+            f"space/README.md has sdk_version {sdk_version!r} but requirements.txt pins "
+            f"gradio=={gradio_pin()}: make them equal"
+        )
     if front_matter_field(readme, "app_file") not in SPACE_FILES:
         raise AssembleError("space/README.md's app_file is not one of the files the Space gets")
     if not (ROOT / "demos" / "app.py").is_file():
@@ -222,10 +248,16 @@ PRINTABLE = {"space-id": space_id, "space-url": space_url, "book-url": book_url,
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m space.assemble", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="the folder to create (must not exist, or be empty)")
-    ap.add_argument("--tpo-core", metavar="PATH", help="install tpo_core from this local clone or wheel instead of "
-                    "the repository at a commit")
-    ap.add_argument("--ref", metavar="COMMIT", help="the commit of the repository whose tpo_core the Space installs "
-                    "(default: this checkout's HEAD)")
+    ap.add_argument(
+        "--tpo-core",
+        metavar="PATH",
+        help="install tpo_core from this local clone or wheel instead of the repository at a commit",
+    )
+    ap.add_argument(
+        "--ref",
+        metavar="COMMIT",
+        help="the commit of the repository whose tpo_core the Space installs (default: this checkout's HEAD)",
+    )
     ap.add_argument("--print", choices=sorted(PRINTABLE), dest="show", help="print one derived value and exit")
     args = ap.parse_args(argv)
     try:

@@ -7,6 +7,7 @@ The Space is created if missing (gradio SDK), then made equal to DIR in one comm
 has are deleted (``delete_patterns="*"``; huggingface_hub keeps the Space's ``.gitattributes``). Without a token
 it says so and exits 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,9 @@ def upload(folder, space_id: str, token: str, message: str) -> str:
 
     api = HfApi(token=token)
     api.create_repo(space_id, repo_type="space", space_sdk="gradio", exist_ok=True)
-    info = api.upload_folder(repo_id=space_id, repo_type="space", folder_path=str(folder), commit_message=message,
-                             delete_patterns="*")
+    info = api.upload_folder(
+        repo_id=space_id, repo_type="space", folder_path=str(folder), commit_message=message, delete_patterns="*"
+    )
     return info.commit_url
 
 
@@ -35,16 +37,19 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     folder = pathlib.Path(args.folder)
     if not (folder / "app.py").is_file() or not (folder / "README.md").is_file():
-        print(f"space.upload: error: {str(folder)!r} is not an assembled Space (no app.py and README.md)",
-              file=sys.stderr)
+        print(
+            f"space.upload: error: {str(folder)!r} is not an assembled Space (no app.py and README.md)", file=sys.stderr
+        )
         return 2
     token = os.environ.get("HF_TOKEN", "").strip()
     if not token:
         print("space.upload: error: HF_TOKEN is not set", file=sys.stderr)
         return 2
     space_id = args.space_id or assemble.space_id()
-    print(f"space.upload: {assemble.space_url() if space_id == assemble.space_id() else space_id}: "
-          f"{upload(folder, space_id, token, args.message)}")
+    print(
+        f"space.upload: {assemble.space_url() if space_id == assemble.space_id() else space_id}: "
+        f"{upload(folder, space_id, token, args.message)}"
+    )
     return 0
 
 

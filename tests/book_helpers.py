@@ -8,6 +8,7 @@ build. It returns the build's stamp (``_build/tpo_build.json``).
 While chapters are being written, ``TPO_BOOK_USE_BUILT=1`` uses whatever ``_build/`` holds (for
 example a ``python -m book.build --only 01`` build) and checks only the pages that build made.
 """
+
 from __future__ import annotations
 
 import json
@@ -85,8 +86,14 @@ def ensure_built() -> dict:
         # the book times real runs: drop the tests' fast-compile flags (tests/conftest.py) for its build
         env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if f not in FAST_COMPILE)
         try:
-            proc = subprocess.run([sys.executable, "-m", "book.build"], cwd=ROOT, env=env, capture_output=True,
-                                  text=True, timeout=BUILD_TIMEOUT_S)
+            proc = subprocess.run(
+                [sys.executable, "-m", "book.build"],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=BUILD_TIMEOUT_S,
+            )
         except subprocess.TimeoutExpired as e:  # remember it: the other book tests must not build again
             _error = f"python -m book.build did not finish within {BUILD_TIMEOUT_S} s"
             raise RuntimeError(_error) from e

@@ -1,4 +1,5 @@
 """Shared fixtures: data location, Chromium for browser tests, a free loopback port."""
+
 import os
 import pathlib
 import shutil
@@ -89,8 +90,16 @@ def reference_npz():
     return p
 
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @pytest.fixture(scope="session")

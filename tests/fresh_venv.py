@@ -9,6 +9,7 @@ starts building them at once in a background process (``start_preparing``, calle
 tests themselves run late in their worker's queue and find them built). Needs the package index: when it is
 unreachable the caller's test skips, and fails under ``CI=true``.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -28,15 +29,32 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CACHE = pathlib.Path(os.environ.get("TPO_VENV_CACHE") or pathlib.Path(tempfile.gettempdir()) / "tpo-venvs")
 # what pip and build print when the index cannot be reached (or the index lacks the release asked for)
-OFFLINE = ("Could not find a version that satisfies", "No matching distribution found", "NewConnectionError",
-           "Name or service not known", "Temporary failure in name resolution", "Network is unreachable",
-           "Max retries exceeded", "ConnectTimeoutError", "Connection refused")
+OFFLINE = (
+    "Could not find a version that satisfies",
+    "No matching distribution found",
+    "NewConnectionError",
+    "Name or service not known",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "Max retries exceeded",
+    "ConnectTimeoutError",
+    "Connection refused",
+)
 # the environment the repository's tests run in, which a program in a fresh venv must not see
 # the pip every cached venv gets first: the one a fresh venv of Python 3.11 brings (23.2) takes 5 min to resolve the
 # LLM extras here, this one 1.5 min
 PIP = "pip==26.3"
-REPOSITORY_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "TPO_DATA_DIR", "TPO_REFERENCE_NPZ",
-                        "TPO_RESULTS_DIR", "TPO_CACHE_DIR", "TPO_JAX_CACHE", "TPO_BOOK_BUILD")
+REPOSITORY_VARIABLES = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "VIRTUAL_ENV",
+    "TPO_DATA_DIR",
+    "TPO_REFERENCE_NPZ",
+    "TPO_RESULTS_DIR",
+    "TPO_CACHE_DIR",
+    "TPO_JAX_CACHE",
+    "TPO_BOOK_BUILD",
+)
 
 
 def needs_index(what: str, output: str):
@@ -57,8 +75,13 @@ def clean_env(home: pathlib.Path, **extra) -> dict:
     """This process's environment without the repository's variables (no PYTHONPATH: the checkout is not on the
     path), with the package's caches under ``home`` and the user site off."""
     env = {k: v for k, v in os.environ.items() if k not in REPOSITORY_VARIABLES}
-    env.update(TPO_CACHE_DIR=str(home / "cache"), TPO_JAX_CACHE=str(home / "jax-cache"), PYTHONNOUSERSITE="1",
-               GRADIO_ANALYTICS_ENABLED="False", **extra)
+    env.update(
+        TPO_CACHE_DIR=str(home / "cache"),
+        TPO_JAX_CACHE=str(home / "jax-cache"),
+        PYTHONNOUSERSITE="1",
+        GRADIO_ANALYTICS_ENABLED="False",
+        **extra,
+    )
     return env
 
 
@@ -86,11 +109,11 @@ def cached_venv(name: str, requirements, constraints=()) -> pathlib.Path:
     python = home / "bin" / "python"
     CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / f"{home.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)          # released when the file closes
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if (home / ".complete").is_file() and python.exists():
             return python
         shutil.rmtree(home, ignore_errors=True)
-        made = run([sys.executable, "-m", "venv", home], 300)   # no system site-packages: nothing of this venv
+        made = run([sys.executable, "-m", "venv", home], 300)  # no system site-packages: nothing of this venv
         assert made.returncode == 0, made.stderr
         pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         upgraded = run([*pip, PIP], 600, env=clean_env(home), cwd=home)
@@ -173,16 +196,34 @@ def extras_resolve() -> dict:
         work = pathlib.Path(tempfile.mkdtemp(prefix="tpo-resolve-"))
         try:
             (work / "constraints.txt").write_text("\n".join(pins) + "\n")
-            done = run([python, "-m", "pip", "install", "--dry-run", "-q", "--disable-pip-version-check", "--report",
-                        work / "report.json", "-c", work / "constraints.txt", *requirements], 1800, cwd=work,
-                       env=clean_env(work))
+            done = run(
+                [
+                    python,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--dry-run",
+                    "-q",
+                    "--disable-pip-version-check",
+                    "--report",
+                    work / "report.json",
+                    "-c",
+                    work / "constraints.txt",
+                    *requirements,
+                ],
+                1800,
+                cwd=work,
+                env=clean_env(work),
+            )
             if done.returncode != 0:
                 needs_index("resolving the LLM extras", done.stdout + done.stderr)
                 raise AssertionError(f"the LLM extras do not resolve with the pins:\n{done.stderr[-4000:]}")
             from packaging.utils import canonicalize_name
 
-            picked = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
-                      for i in json.loads((work / "report.json").read_text())["install"]}
+            picked = {
+                canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
+                for i in json.loads((work / "report.json").read_text())["install"]
+            }
         finally:
             shutil.rmtree(work, ignore_errors=True)
         write_atomically(kept, json.dumps(picked, indent=1, sort_keys=True))
@@ -205,9 +246,9 @@ def _session_needs(config) -> list[str]:
     for arg in config.args:
         path = pathlib.Path(arg.split("::", 1)[0])
         files |= set(NEEDS) if path.is_dir() else {path.stem} & set(NEEDS)
-    steps = [s for f in sorted(files) for s in NEEDS[f]]        # in the order the suite reaches the files
+    steps = [s for f in sorted(files) for s in NEEDS[f]]  # in the order the suite reaches the files
     if os.environ.get("TPO_JAX_FLOOR_PY"):
-        steps = [s for s in steps if s != "jax-floor"]                    # the floor test uses the pythons named
+        steps = [s for s in steps if s != "jax-floor"]  # the floor test uses the pythons named
     return steps
 
 
@@ -221,8 +262,14 @@ def start_preparing(config):
     CACHE.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with open(CACHE / "prepare.log", "w") as log:
-        _preparer = subprocess.Popen([sys.executable, "-m", "tests.fresh_venv", *steps], cwd=ROOT, env=env,
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        _preparer = subprocess.Popen(
+            [sys.executable, "-m", "tests.fresh_venv", *steps],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def stop_preparing():

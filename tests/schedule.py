@@ -16,6 +16,7 @@
 grouping (the tests run as if unmarked: https://github.com/pytest-dev/pytest-xdist/issues/1386); one module needs no
 mark.
 """
+
 from __future__ import annotations
 
 import os

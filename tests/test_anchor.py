@@ -1,5 +1,6 @@
 """tpo_core.lab.anchor.gradient_split: the split of TPO's batch gradient by kind of group, checked against the engine's
 loss on sub-batches, and its run against the engine's run."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,8 +10,21 @@ import tpo_core
 from tpo_core.lab import anchor
 from tpo_core.train import make_token_program, token_parts
 
-CFG = tpo_core.TokenConfig(method="tpo", target="reverse_copy", reward="terminal", H=3, V=2, B=12, K=4,
-                           d_model=16, heads=2, layers=1, ffn=32, episodes=3, track=0)
+CFG = tpo_core.TokenConfig(
+    method="tpo",
+    target="reverse_copy",
+    reward="terminal",
+    H=3,
+    V=2,
+    B=12,
+    K=4,
+    d_model=16,
+    heads=2,
+    layers=1,
+    ffn=32,
+    episodes=3,
+    track=0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +68,9 @@ def test_parts_are_the_gradients_of_each_kind_of_group(split_run):
 
 def test_run_is_the_engines_run(split_run):
     m = split_run([0, 1], CFG.episodes)
-    ref = jax.tree.map(np.asarray, make_token_program(CFG).chunk(make_token_program(CFG).init([0, 1]), 0,
-                                                                 CFG.episodes)[1])
+    ref = jax.tree.map(
+        np.asarray, make_token_program(CFG).chunk(make_token_program(CFG).init([0, 1]), 0, CFG.episodes)[1]
+    )
     np.testing.assert_allclose(m["error"], ref["error"], atol=1e-6)
     np.testing.assert_allclose(m["zero_var_frac"], ref["zero_var_frac"], atol=1e-6)
     np.testing.assert_allclose(m["grad_norm"][..., 0], ref["grad_norm"], rtol=1e-3, atol=1e-7)

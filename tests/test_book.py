@@ -11,6 +11,7 @@ Screenshots go to ``_build/screenshots/book/`` (one above-the-fold and one full-
 One module, so that pytest-xdist's ``--dist loadfile`` runs the build and the pass on one worker, the build first
 (tests/schedule.py).
 """
+
 from __future__ import annotations
 
 import functools

@@ -1,4 +1,5 @@
 """The book's sources without building it: config, toc, Colab notebook pairs, install cells."""
+
 from __future__ import annotations
 
 import json
@@ -18,10 +19,21 @@ from book import build, sync
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-CHAPTERS = ["01_policy_gradients", "02_deriving_tpo", "03_loss_in_code", "03c_tabular_bandit",
-            "03b_annotated_trainer", "04_mnist_bandit",
-            "05_dense_token_tasks", "06_sparse_reversal", "07_why_it_works", "08_ablations", "09_toys_to_llms",
-            "10_llm_trainer", "11_rlvr_real_lm"]
+CHAPTERS = [
+    "01_policy_gradients",
+    "02_deriving_tpo",
+    "03_loss_in_code",
+    "03c_tabular_bandit",
+    "03b_annotated_trainer",
+    "04_mnist_bandit",
+    "05_dense_token_tasks",
+    "06_sparse_reversal",
+    "07_why_it_works",
+    "08_ablations",
+    "09_toys_to_llms",
+    "10_llm_trainer",
+    "11_rlvr_real_lm",
+]
 
 MINI_CHAPTER = """---
 jupytext:
@@ -57,14 +69,19 @@ def test_toc_lists_every_chapter_in_its_part():
     assert parts["Experiments"] == CHAPTERS[5:10]
     assert parts["Practice"] == CHAPTERS[10:]
     assert [pathlib.PurePath(c["file"]).name for c in toc["parts"][-1]["chapters"]] == [
-        "cheatsheet", "glossary", "api", "reproduction", "references"]
+        "cheatsheet",
+        "glossary",
+        "api",
+        "reproduction",
+        "references",
+    ]
 
 
 def test_the_intro_map_is_the_reading_path_one_line_per_page_in_toc_order():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     pages = [pathlib.PurePath(c["file"]).name for p in toc["parts"] for c in p["chapters"]]
     text = (ROOT / "book" / "intro.md").read_text()
-    lines = [line for line in text[text.index("## Map of the chapters"):].splitlines() if line.startswith("- ")]
+    lines = [line for line in text[text.index("## Map of the chapters") :].splitlines() if line.startswith("- ")]
     linked = [re.findall(r"\]\(([\w-]+)\.md\)", line) for line in lines]
     assert linked == [[page] for page in pages], linked
 
@@ -155,7 +172,10 @@ def test_sync_cli_check_exit_codes(tmp_path):
     assert [c.source for c in nb.cells] == [c.source for c in jupytext.read(md).cells]
 
 
-MYST_CHAPTER = MINI_CHAPTER.replace("# A chapter\n\nSome text.", """(ch-demo)=
+MYST_CHAPTER = (
+    MINI_CHAPTER.replace(
+        "# A chapter\n\nSome text.",
+        """(ch-demo)=
 # A chapter
 
 Some text citing {cite}`kaddour2026tpo` and {cite:t}`shao2024deepseekmath, schulman2017ppo`,
@@ -188,7 +208,9 @@ Do it.
 
 ```{solution-start} ex-demo
 :class: dropdown
-```""") + """
+```""",
+    )
+    + """
 ```{solution-end}
 ```
 
@@ -196,6 +218,7 @@ Do it.
 y = 2
 ```
 """
+)
 
 
 def test_myst_directives_become_plain_markdown_in_the_notebook(tmp_path):
@@ -207,8 +230,8 @@ def test_myst_directives_become_plain_markdown_in_the_notebook(tmp_path):
     assert not sync.MYST_LEFT.search(text), text
     assert "```" not in text and "(ch-demo)=" not in text and ":class:" not in text and ":label:" not in text
     assert "(Kaddour 2026)" in text and "Shao et al. 2024; Schulman et al. 2017" in text
-    assert "see A chapter and the premise" in text        # {ref} to a heading, and an explicit title
-    assert "`g_fall` (printed above)" in text   # Colab has no glue: the name, and where its value is
+    assert "see A chapter and the premise" in text  # {ref} to a heading, and an explicit title
+    assert "`g_fall` (printed above)" in text  # Colab has no glue: the name, and where its value is
     assert "> **You should know: a title**" in text and "> Body line one" in text
     assert "**Algorithm: One step**" in text and "1. sample" in text
     assert "> **Note**" in text and "> A note." in text
@@ -258,18 +281,24 @@ def test_every_install_cell_uses_the_configured_repository_and_keeps_colab_jax(m
     assert len(installs) == 1, f"{md.name}: expected one Colab install cell, found {len(installs)}"
     assert installs[0] == cells[0], f"{md.name}: the install cell must be the first code cell"
     # the rendered input shows the real URL: book.sync copied _config.yml's repository into the .md itself
-    assert re.findall(r'^\s*REPOSITORY = "([^"]*)"', installs[0], re.M) == [f"{url}@{branch}"], \
+    assert re.findall(r'^\s*REPOSITORY = "([^"]*)"', installs[0], re.M) == [f"{url}@{branch}"], (
         f"{md.name}: the install cell's REPOSITORY is not _config.yml's repository.url@branch (run book.sync)"
+    )
     # what Colab runs: the notebook's install cell, with the URL book.sync took from _config.yml
     nb_installs = [c.source for c in jupytext.read(md.with_suffix(".ipynb")).cells if sync.is_install_cell(c)]
     assert len(nb_installs) == 1 and f'REPOSITORY = "{url}@{branch}"' in nb_installs[0], nb_installs
     src = nb_installs[0]
-    assert "version('jax')" in src and "version('jaxlib')" in src and "-c jax-constraints.txt" in src, \
+    assert "version('jax')" in src and "version('jaxlib')" in src and "-c jax-constraints.txt" in src, (
         f"{md.name}: the install must pin Colab's installed jax and jaxlib as constraints"
+    )
     # tpo_core from REPOSITORY: pip's own clone, or (a page that reads the committed results/) a shallow clone of
     # REPOSITORY's ref that is installed and whose results/ find_results() is pointed at
-    cloned = ('URL, REF = REPOSITORY.rsplit("@", 1)' in src and "fetch -q --depth 1 {URL} {REF}" in src
-              and '"./tpo-interactive"' in src and 'os.environ["TPO_RESULTS_DIR"]' in src)
+    cloned = (
+        'URL, REF = REPOSITORY.rsplit("@", 1)' in src
+        and "fetch -q --depth 1 {URL} {REF}" in src
+        and '"./tpo-interactive"' in src
+        and 'os.environ["TPO_RESULTS_DIR"]' in src
+    )
     assert re.search(r'"tpo_core @ git\+\{REPOSITORY\}"', src) or cloned, src
 
 
@@ -285,14 +314,17 @@ if "google.colab" in sys.modules:
 
 def test_sync_copies_the_configured_repository_into_the_chapter_and_check_catches_a_stale_one(tmp_path):
     (tmp_path / "book").mkdir()
-    (tmp_path / "_config.yml").write_text(yaml.safe_dump({"repository": {"url": "https://example.org/a/b",
-                                                                          "branch": "dev"}}))
+    (tmp_path / "_config.yml").write_text(
+        yaml.safe_dump({"repository": {"url": "https://example.org/a/b", "branch": "dev"}})
+    )
     other = '```{code-cell} ipython3\nREPOSITORY = "untouched: not an install cell"\n```\n'
     md = tmp_path / "book" / "01_demo.md"
     md.write_text(MINI_CHAPTER + "\n" + INSTALL_CELL % "https://old.example/x@main" + "\n" + other)
     sync.write_pair(md)
-    assert any("REPOSITORY is 'https://old.example/x@main', not _config.yml's 'https://example.org/a/b@dev'" in p
-               for p in sync.check(tmp_path / "book")["01_demo.md"])
+    assert any(
+        "REPOSITORY is 'https://old.example/x@main', not _config.yml's 'https://example.org/a/b@dev'" in p
+        for p in sync.check(tmp_path / "book")["01_demo.md"]
+    )
     cmd = [sys.executable, "-m", "book.sync", "--book-dir", str(tmp_path / "book")]
     assert subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).returncode == 0
     text = md.read_text()
@@ -321,21 +353,28 @@ def bare_myst_nb_imports(source: str) -> list[int]:
     tree = ast.parse(_python(source))
     for node in ast.walk(tree):
         if isinstance(node, ast.Try) and any(
-                h.type is None or any(isinstance(n, ast.Name) and n.id in guarded for n in ast.walk(h.type))
-                for h in node.handlers):
+            h.type is None or any(isinstance(n, ast.Name) and n.id in guarded for n in ast.walk(h.type))
+            for h in node.handlers
+        ):
             covered |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
     bare = []
     for node in ast.walk(tree):
-        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
         if any(n == "myst_nb" or n.startswith("myst_nb.") for n in names) and id(node) not in covered:
             bare.append(node.lineno)
     return bare
 
 
 def test_the_bare_import_check_tells_a_fallback_from_a_bare_import():
-    fallback = ("try:\n    from myst_nb import glue\nexcept ImportError:\n    def glue(n, v, display=True):\n"
-                "        return v\n")
+    fallback = (
+        "try:\n    from myst_nb import glue\nexcept ImportError:\n    def glue(n, v, display=True):\n        return v\n"
+    )
     assert bare_myst_nb_imports(fallback) == []
     assert bare_myst_nb_imports("try:\n    import myst_nb\nexcept (ModuleNotFoundError, KeyError):\n    pass") == []
     assert bare_myst_nb_imports("x = 1\nfrom myst_nb import glue\n") == [2]
@@ -346,10 +385,16 @@ def test_the_bare_import_check_tells_a_fallback_from_a_bare_import():
 
 @pytest.mark.parametrize("md", sync.sources(), ids=lambda p: p.stem)
 def test_no_chapter_imports_myst_nb_without_the_colab_fallback(md):
-    bare = [(i, line) for i, c in enumerate(jupytext.read(md).cells) if c.cell_type == "code"
-            for line in bare_myst_nb_imports(c.source)]
-    assert not bare, (f"{md.name}: a bare myst_nb import (code cell, line) {bare} stops the notebook in Colab; use "
-                      "`try: from myst_nb import glue` / `except ImportError:` a stand-in, as the other chapters do")
+    bare = [
+        (i, line)
+        for i, c in enumerate(jupytext.read(md).cells)
+        if c.cell_type == "code"
+        for line in bare_myst_nb_imports(c.source)
+    ]
+    assert not bare, (
+        f"{md.name}: a bare myst_nb import (code cell, line) {bare} stops the notebook in Colab; use "
+        "`try: from myst_nb import glue` / `except ImportError:` a stand-in, as the other chapters do"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -374,15 +419,20 @@ def test_html_checks_accept_a_clean_page(fake_html):
     assert build.html_problems(["book/ok"], fake_html) == []
 
 
-@pytest.mark.parametrize("body, scripts, expected", [
-    ('<div class="output traceback highlight-ipythontb">boom</div>', None, "error output"),
-    ("<pre>Traceback (most recent call last):\n  x</pre>", None, "error output"),
-    ("<p>x</p>", ("https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js", "_static/plotly.min.js"), "CDN"),
-    ("<script>Plotly.newPlot()</script>", ("_static/tex-svg.js",), "plotly.min.js"),
-    ('<div class="math">x</div>', ("_static/plotly.min.js",), "tex-svg.js"),
-])
+@pytest.mark.parametrize(
+    "body, scripts, expected",
+    [
+        ('<div class="output traceback highlight-ipythontb">boom</div>', None, "error output"),
+        ("<pre>Traceback (most recent call last):\n  x</pre>", None, "error output"),
+        ("<p>x</p>", ("https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js", "_static/plotly.min.js"), "CDN"),
+        ("<script>Plotly.newPlot()</script>", ("_static/tex-svg.js",), "plotly.min.js"),
+        ('<div class="math">x</div>', ("_static/plotly.min.js",), "tex-svg.js"),
+    ],
+)
 def test_html_checks_catch_broken_pages(fake_html, body, scripts, expected):
-    (fake_html / "book" / "bad.html").write_text(_page(body, scripts or ("_static/plotly.min.js", "_static/tex-svg.js")))
+    (fake_html / "book" / "bad.html").write_text(
+        _page(body, scripts or ("_static/plotly.min.js", "_static/tex-svg.js"))
+    )
     problems = build.html_problems(["book/bad"], fake_html)
     assert problems and expected in problems[0], problems
 
@@ -415,10 +465,26 @@ def test_parallel_build_starts_one_page_per_task_slowest_first(tmp_path, nproc):
 
     from book import jb_parallel
 
-    docs = ["book/intro", "book/01_policy_gradients", "book/03_loss_in_code", "book/03b_annotated_trainer",
-            "book/06_sparse_reversal", "book/08_ablations", "book/glossary", "book/api"]
-    wanted = ["book/08_ablations", "book/06_sparse_reversal", "book/03_loss_in_code", "book/03b_annotated_trainer",
-              "book/01_policy_gradients", "book/api", "book/glossary", "book/intro"]
+    docs = [
+        "book/intro",
+        "book/01_policy_gradients",
+        "book/03_loss_in_code",
+        "book/03b_annotated_trainer",
+        "book/06_sparse_reversal",
+        "book/08_ablations",
+        "book/glossary",
+        "book/api",
+    ]
+    wanted = [
+        "book/08_ablations",
+        "book/06_sparse_reversal",
+        "book/03_loss_in_code",
+        "book/03b_annotated_trainer",
+        "book/01_policy_gradients",
+        "book/api",
+        "book/glossary",
+        "book/intro",
+    ]
     chunks = jb_parallel.one_per_task(docs, nproc)
     assert all(len(c) == 1 for c in chunks) and sorted(c[0] for c in chunks) == sorted(docs)
     log = tmp_path / "started.txt"
@@ -444,15 +510,33 @@ def _proof_project(where: pathlib.Path, extensions: list[str]) -> pathlib.Path:
     (src / "conf.py").write_text(f"extensions = {extensions!r}\n")
     (src / "index.rst").write_text("Index\n=====\n\n.. toctree::\n\n" + "".join(f"   p{i}\n" for i in range(1, 7)))
     for i in range(1, 7):
-        (src / f"p{i}.rst").write_text(f"Page {i}\n======\n\n.. prf:theorem:: T{i}\n   :label: thm-{i}\n\n"
-                                       f"   Text {i}.\n\nSee :prf:ref:`thm-1`.\n")
+        (src / f"p{i}.rst").write_text(
+            f"Page {i}\n======\n\n.. prf:theorem:: T{i}\n   :label: thm-{i}\n\n   Text {i}.\n\nSee :prf:ref:`thm-1`.\n"
+        )
     return src
 
 
 def _sphinx_parallel(src: pathlib.Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "book.jb_parallel", "2", "-b", "html", "-a", "-W", "-n", str(src),
-                           str(src.parent / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "book.jb_parallel",
+            "2",
+            "-b",
+            "html",
+            "-a",
+            "-W",
+            "-n",
+            str(src),
+            str(src.parent / "out"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
 
 
 def test_parallel_build_reads_proofs_in_parallel_one_page_per_task_with_the_book_extension(tmp_path):
@@ -481,8 +565,13 @@ def test_the_book_config_loads_the_parallel_extension_and_no_latex_extension(tmp
     """What `jupyter-book config sphinx` makes of _config.yml (the conf.py of a parallel build)."""
     shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
     exe = pathlib.Path(sys.executable).with_name("jupyter-book")
-    subprocess.run([str(exe), "config", "sphinx", ".", "--config", str(tmp_path / "_config.yml")], cwd=ROOT,
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [str(exe), "config", "sphinx", ".", "--config", str(tmp_path / "_config.yml")],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     conf: dict = {}
     exec((tmp_path / "conf.py").read_text(), conf)
     assert "book.jb_parallel" in conf["extensions"] and "sphinx_proof" in conf["extensions"]
@@ -491,8 +580,13 @@ def test_the_book_config_loads_the_parallel_extension_and_no_latex_extension(tmp
 
 @pytest.mark.parametrize("argv", [[], ["0"], ["two", "build", "."]])
 def test_parallel_build_rejects_a_bad_worker_count(argv):
-    proc = subprocess.run([sys.executable, "-m", "book.jb_parallel", *argv], cwd=ROOT, capture_output=True,
-                          text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    proc = subprocess.run(
+        [sys.executable, "-m", "book.jb_parallel", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert proc.returncode == 2
     assert "number of worker processes" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -500,8 +594,14 @@ def test_parallel_build_rejects_a_bad_worker_count(argv):
 def test_book_build_rejects_a_bad_jobs_value_before_touching_the_build():
     stamp = ROOT / "_build" / "tpo_build.json"
     before = stamp.read_bytes() if stamp.exists() else None
-    proc = subprocess.run([sys.executable, "-m", "book.build", "--jobs", "0"], cwd=ROOT, capture_output=True,
-                          text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    proc = subprocess.run(
+        [sys.executable, "-m", "book.build", "--jobs", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "python -m book.build: --jobs must be at least 1, got 0"]
+        "python -m book.build: --jobs must be at least 1, got 0"
+    ]
     assert (stamp.read_bytes() if stamp.exists() else None) == before  # the last build's record is kept

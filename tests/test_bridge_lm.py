@@ -5,6 +5,7 @@ frozen. At θ = θ_old, ∇θ of TPO's group cross-entropy equals ∇θ of -mean
 w = K (q - p_old) and ℓ the token-sum log-prob, under row permutations, micro-batch splits and a
 simulated two-rank data-parallel average. The expected gradient is also built from the JAX engine's q.
 """
+
 import numpy as np
 import pytest
 
@@ -24,27 +25,43 @@ ETA = 0.8
 @pytest.fixture(scope="module")
 def lm():
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                                   pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     model = transformers.LlamaForCausalLM(cfg).double().eval()
     prompts = torch.randint(3, 64, (G, PROMPT))
-    with torch.no_grad():                                                   # K samples per prompt, frozen
-        seqs = model.generate(prompts.repeat_interleave(K, 0), attention_mask=torch.ones(G * K, PROMPT, dtype=torch.long),
-                              do_sample=True, max_new_tokens=COMPLETION, min_new_tokens=COMPLETION,
-                              pad_token_id=0, top_k=0, top_p=1.0)
+    with torch.no_grad():  # K samples per prompt, frozen
+        seqs = model.generate(
+            prompts.repeat_interleave(K, 0),
+            attention_mask=torch.ones(G * K, PROMPT, dtype=torch.long),
+            do_sample=True,
+            max_new_tokens=COMPLETION,
+            min_new_tokens=COMPLETION,
+            pad_token_id=0,
+            top_k=0,
+            top_p=1.0,
+        )
     rng = np.random.default_rng(0)
-    lengths = torch.tensor(rng.integers(2, COMPLETION + 1, G * K))         # ragged completions: right padding
+    lengths = torch.tensor(rng.integers(2, COMPLETION + 1, G * K))  # ragged completions: right padding
     mask = (torch.arange(COMPLETION)[None, :] < lengths[:, None]).double()
     scores = torch.tensor(rng.integers(0, 3, G * K), dtype=torch.float64)
-    scores[:K] = 1.0                                                        # one all-equal group
+    scores[:K] = 1.0  # one all-equal group
     uids = np.repeat(np.arange(G), K)
     return model, seqs, mask, scores, uids
 
 
 def _token_logp(model, seqs):
-    logits = model(seqs).logits[:, PROMPT - 1:-1]
-    return torch.log_softmax(logits, -1).gather(-1, seqs[:, PROMPT:, None]).squeeze(-1)   # [N, T]
+    logits = model(seqs).logits[:, PROMPT - 1 : -1]
+    return torch.log_softmax(logits, -1).gather(-1, seqs[:, PROMPT:, None]).squeeze(-1)  # [N, T]
 
 
 def _grads(model, loss_fn, chunks):
@@ -64,17 +81,20 @@ def _setup(lm):
 
 
 def _exact(model, seqs, mask, scores, seq_old, n_groups_total):
-    def loss(rows):                                                          # rows: whole groups, contiguous
+    def loss(rows):  # rows: whole groups, contiguous
         seq = T.sequence_logp(_token_logp(model, seqs[rows]), mask[rows]).view(-1, K)
-        return T.tpo_loss(seq, seq_old[rows].view(-1, K), scores[rows].view(-1, K), ETA,
-                          reduction="sum") / n_groups_total
+        return (
+            T.tpo_loss(seq, seq_old[rows].view(-1, K), scores[rows].view(-1, K), ETA, reduction="sum") / n_groups_total
+        )
+
     return loss
 
 
 def _surrogate(model, seqs, mask, w, n_rows_total):
-    def loss(rows):                                                          # rows: any subset, any order
+    def loss(rows):  # rows: any subset, any order
         seq = T.sequence_logp(_token_logp(model, seqs[rows]), mask[rows])
         return -(w[rows] * seq).sum() / n_rows_total
+
     return loss
 
 
@@ -85,13 +105,14 @@ def test_exact_gradient_equals_route_a_surrogate_and_the_engine_at_theta_old(lm)
     surrogate = _grads(model, _surrogate(model, seqs, mask, w, G * K), [rows])
     torch.testing.assert_close(surrogate, exact, rtol=1e-9, atol=1e-12)
     # independent: Σ_i (p_old - q)_i / G ∇ℓ_i with q from the JAX engine (float32 target)
-    q = np.asarray(L.tpo_target(jnp.asarray(seq_old.view(G, K).numpy()), jnp.asarray(scores.view(G, K).numpy()),
-                                ETA), np.float64).reshape(-1)
+    q = np.asarray(
+        L.tpo_target(jnp.asarray(seq_old.view(G, K).numpy()), jnp.asarray(scores.view(G, K).numpy()), ETA), np.float64
+    ).reshape(-1)
     p_old = torch.softmax(seq_old.view(G, K), -1).reshape(-1)
     coef = (p_old - torch.tensor(q)) / G
     engine = _grads(model, lambda r: (coef[r] * T.sequence_logp(_token_logp(model, seqs[r]), mask[r])).sum(), [rows])
     torch.testing.assert_close(exact, engine, rtol=1e-5, atol=1e-7)
-    assert exact.abs().max() > 1e-4                                          # a real, non-zero gradient
+    assert exact.abs().max() > 1e-4  # a real, non-zero gradient
 
 
 def test_invariant_to_row_permutation_micro_batches_and_two_ranks(lm):
@@ -106,13 +127,15 @@ def test_invariant_to_row_permutation_micro_batches_and_two_ranks(lm):
     w_perm = T.tpo_sequence_weights(seq_old[perm], scores[perm], uids[perm.numpy()], ETA)
     torch.testing.assert_close(w_perm, w[perm], rtol=1e-12, atol=1e-14)
     # two ranks, each accumulating its micro-batches with loss scaled by dp_size; DDP averages the ranks
-    rank_rows = [perm[: n // 2], perm[n // 2:]]
-    per_rank = [_grads(model, lambda r: 2 * _surrogate(model, seqs, mask, w, n)(r), [rr[:3], rr[3:]])
-                for rr in rank_rows]
+    rank_rows = [perm[: n // 2], perm[n // 2 :]]
+    per_rank = [
+        _grads(model, lambda r: 2 * _surrogate(model, seqs, mask, w, n)(r), [rr[:3], rr[3:]]) for rr in rank_rows
+    ]
     torch.testing.assert_close((per_rank[0] + per_rank[1]) / 2, reference, rtol=1e-9, atol=1e-12)
     # the exact loss, accumulated over micro-batches of whole groups in any group order
-    exact = _grads(model, _exact(model, seqs, mask, scores, seq_old, G),
-                   [torch.arange(2 * K, 3 * K), torch.arange(0, 2 * K)])
+    exact = _grads(
+        model, _exact(model, seqs, mask, scores, seq_old, G), [torch.arange(2 * K, 3 * K), torch.arange(0, 2 * K)]
+    )
     torch.testing.assert_close(exact, reference, rtol=1e-9, atol=1e-12)
 
 
@@ -126,7 +149,7 @@ def test_identity_fails_away_from_theta_old(lm):
         with torch.no_grad():
             offset = 0
             for p in model.parameters():
-                p -= 50.0 * g[offset:offset + p.numel()].view_as(p)
+                p -= 50.0 * g[offset : offset + p.numel()].view_as(p)
                 offset += p.numel()
         exact = _grads(model, _exact(model, seqs, mask, scores, seq_old, G), [rows])
         surrogate = _grads(model, _surrogate(model, seqs, mask, w, G * K), [rows])
@@ -150,17 +173,18 @@ def test_route_b_loss_on_the_lm_and_its_guard(lm):
     class Cfg(dict):
         rollout_n = K
         global_batch_info = {"dp_size": 1, "global_batch_size": n}
-        policy_loss = {"tpo_sequence_logp": "sum"}                          # _exact below uses summed log-probs
+        policy_loss = {"tpo_sequence_logp": "sum"}  # _exact below uses summed log-probs
 
     def route_b(rows):
-        loss, _ = V.compute_policy_loss_tpo_group(old_tok[rows], _token_logp(model, seqs[rows]), adv[rows],
-                                                  mask[rows].bool(), config=Cfg())
+        loss, _ = V.compute_policy_loss_tpo_group(
+            old_tok[rows], _token_logp(model, seqs[rows]), adv[rows], mask[rows].bool(), config=Cfg()
+        )
         return loss
 
     whole = torch.arange(n)
-    b = _grads(model, route_b, [whole[: 2 * K], whole[2 * K:]])               # micro-batches of whole groups
+    b = _grads(model, route_b, [whole[: 2 * K], whole[2 * K :]])  # micro-batches of whole groups
     exact = _grads(model, _exact(model, seqs, mask, scores, seq_old, G), [whole])
-    torch.testing.assert_close(b, exact, rtol=1e-5, atol=1e-7)               # the estimator's u is float32
+    torch.testing.assert_close(b, exact, rtol=1e-5, atol=1e-7)  # the estimator's u is float32
     shuffled = torch.tensor(np.random.default_rng(2).permutation(n))
     with pytest.raises(ValueError, match="not whole groups"):
         route_b(shuffled)

@@ -7,6 +7,7 @@ Two references, both computed without the code under test:
 * float32: ``tpo_core.losses.tpo_loss`` and ``jax.grad`` of it, agreement to 1e-5 (loss relative,
   gradient absolute; measured worst cases are ≈ 2e-6 at η = 1e-3).
 """
+
 import math
 import subprocess
 import sys
@@ -75,8 +76,9 @@ def groups(draw, max_k=1024):
 
 def _torch_loss_and_grad(logp, logp_old, scores, eta, valid, dtype):
     x = torch.tensor(logp, dtype=dtype, requires_grad=True)
-    loss = T.tpo_loss(x, torch.tensor(logp_old, dtype=dtype), torch.tensor(scores, dtype=dtype), eta,
-                      valid=torch.tensor(valid))
+    loss = T.tpo_loss(
+        x, torch.tensor(logp_old, dtype=dtype), torch.tensor(scores, dtype=dtype), eta, valid=torch.tensor(valid)
+    )
     loss.backward()
     return loss.item(), x.grad.numpy()
 
@@ -92,7 +94,7 @@ def test_float64_value_and_gradient_match_jax_to_1e_10(case):
     val, grad = _torch_loss_and_grad(logp, logp_old, scores, eta, valid, torch.float64)
     assert abs(val - ref) <= 1e-10 * max(1.0, abs(ref))
     np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=1e-10)
-    np.testing.assert_array_equal(grad[~valid], 0.0)          # padded members get no gradient
+    np.testing.assert_array_equal(grad[~valid], 0.0)  # padded members get no gradient
 
 
 @SETTINGS
@@ -123,8 +125,9 @@ def test_float32_matches_the_jax_engine_to_1e_5(case):
     args = (jnp.asarray(f32(logp)), jnp.asarray(f32(logp_old)), jnp.asarray(f32(scores)), eta)
     ref = float(L.tpo_loss(*args))
     ref_grad = np.asarray(jax.grad(L.tpo_loss)(*args))
-    val, grad = _torch_loss_and_grad(f32(logp), f32(logp_old), f32(scores), eta, np.ones_like(logp, bool),
-                                     torch.float32)
+    val, grad = _torch_loss_and_grad(
+        f32(logp), f32(logp_old), f32(scores), eta, np.ones_like(logp, bool), torch.float32
+    )
     assert abs(val - ref) <= 1e-5 * max(1.0, abs(ref))
     np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=1e-5)
 
@@ -139,18 +142,18 @@ def test_standardize_population_std_zero_variance_and_mask():
     # the 1e-6 rule: σ = 5e-7 keeps u = c, σ = 2e-6 divides
     tiny = T.standardize(torch.tensor([[0.0, 1e-6]], dtype=torch.float64))
     np.testing.assert_allclose(tiny.numpy(), [[-5e-7, 5e-7]], rtol=1e-12)
-    np.testing.assert_allclose(T.standardize(torch.tensor([[0.0, 4e-6]], dtype=torch.float64)).numpy(),
-                               [[-1.0, 1.0]], rtol=1e-9)
+    np.testing.assert_allclose(
+        T.standardize(torch.tensor([[0.0, 4e-6]], dtype=torch.float64)).numpy(), [[-1.0, 1.0]], rtol=1e-9
+    )
     # masked: the padded member is ignored and gets u = 0
-    um = T.standardize(torch.tensor([[1.0, 0.0, 99.0]], dtype=torch.float64),
-                       valid=torch.tensor([[True, True, False]]))
+    um = T.standardize(torch.tensor([[1.0, 0.0, 99.0]], dtype=torch.float64), valid=torch.tensor([[True, True, False]]))
     np.testing.assert_allclose(um.numpy(), [[1.0, -1.0, 0.0]])
 
 
 def test_target_closed_form_and_zero_variance_group_is_p_old():
     lo = torch.log(torch.tensor([[0.5, 0.3, 0.2]], dtype=torch.float64))
     s = torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)
-    u = np.array([2.0, -1.0, -1.0]) / np.sqrt(2.0)                    # (s - 1/3)/sqrt(2/9)
+    u = np.array([2.0, -1.0, -1.0]) / np.sqrt(2.0)  # (s - 1/3)/sqrt(2/9)
     expect = np.array([0.5, 0.3, 0.2]) * np.exp(u / 0.5)
     np.testing.assert_allclose(T.tpo_target(lo, s, 0.5).numpy()[0], expect / expect.sum(), rtol=1e-12)
     q0 = T.tpo_target(lo, torch.full((1, 3), 0.7, dtype=torch.float64), 2.0)
@@ -188,7 +191,7 @@ def test_diagnostics_closed_form():
     lo = torch.log(torch.tensor([[0.5, 0.5], [0.9, 0.1]], dtype=torch.float64))
     s = torch.tensor([[1.0, 0.0], [3.0, 3.0]], dtype=torch.float64)
     d = T.tpo_diagnostics(lo, s, eta=1.0)
-    q1 = np.exp([1.0, -1.0]) / np.exp([1.0, -1.0]).sum()             # u = ±1, p_old uniform
+    q1 = np.exp([1.0, -1.0]) / np.exp([1.0, -1.0]).sum()  # u = ±1, p_old uniform
     assert d["zero_variance_frac"] == 0.5
     assert d["entropy_p_old"] == pytest.approx((math.log(2) - (0.9 * math.log(0.9) + 0.1 * math.log(0.1))) / 2)
     assert d["entropy_q"] == pytest.approx((-(q1 * np.log(q1)).sum() + d["entropy_p_old"] * 2 - math.log(2)) / 2)
@@ -200,28 +203,32 @@ def test_diagnostics_closed_form():
 def test_fully_masked_group_and_single_member_group():
     lp = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
     valid = torch.tensor([[False, False, False], [True, False, False]])
-    loss = T.tpo_loss(lp, torch.zeros(2, 3, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64),
-                      valid=valid)
+    loss = T.tpo_loss(lp, torch.zeros(2, 3, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64), valid=valid)
     loss.backward()
     assert loss.item() == 0.0 and torch.all(lp.grad == 0)
 
 
 # ---- bad input ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("call, name", [
-    (lambda: T.tpo_loss(torch.zeros(2, 4), torch.zeros(2, 4), torch.zeros(2, 4), eta=0.0), "eta"),
-    (lambda: T.tpo_loss(torch.zeros(2, 4), torch.zeros(2, 4), torch.zeros(2, 4), eta=-1.0), "eta"),
-    (lambda: T.tpo_target(torch.zeros(2, 4), torch.zeros(2, 4), eta=float("nan")), "eta"),
-    (lambda: T.tpo_loss(torch.zeros(2, 4), torch.zeros(2, 4), torch.tensor([[0.0, float("nan"), 1, 1]] * 2)),
-     "scores"),
-    (lambda: T.tpo_loss(torch.zeros(2, 4), torch.zeros(2, 5), torch.zeros(2, 4)), "K mismatch"),
-    (lambda: T.tpo_loss(torch.zeros(2, 1), torch.zeros(2, 1), torch.zeros(2, 1)), "K >= 2"),
-    (lambda: T.group_index(["a", "a", "b"]), "uids: ragged"),
-    (lambda: T.group_index(["a", "a", "b", "b"], group_size=4), "group_size"),
-    (lambda: T.sequence_logp(torch.zeros(2, 3), torch.ones(2, 3), reduce="max"), "reduce"),
-    (lambda: T.tpo_sequence_weights(torch.zeros(4), torch.zeros(4), ["a", "a", "b"]), "ragged|index"),
-    (lambda: T.tpo_sequence_weights(torch.zeros(4), torch.zeros(3), ["a", "a", "b", "b"]), "shapes disagree"),
-    (lambda: T.tpo_sequence_weights(torch.zeros(4), torch.zeros(4), ["a", "a", "b", "b"], eta=0), "eta"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: T.tpo_loss(torch.zeros(2, 4), torch.zeros(2, 4), torch.zeros(2, 4), eta=0.0), "eta"),
+        (lambda: T.tpo_loss(torch.zeros(2, 4), torch.zeros(2, 4), torch.zeros(2, 4), eta=-1.0), "eta"),
+        (lambda: T.tpo_target(torch.zeros(2, 4), torch.zeros(2, 4), eta=float("nan")), "eta"),
+        (
+            lambda: T.tpo_loss(torch.zeros(2, 4), torch.zeros(2, 4), torch.tensor([[0.0, float("nan"), 1, 1]] * 2)),
+            "scores",
+        ),
+        (lambda: T.tpo_loss(torch.zeros(2, 4), torch.zeros(2, 5), torch.zeros(2, 4)), "K mismatch"),
+        (lambda: T.tpo_loss(torch.zeros(2, 1), torch.zeros(2, 1), torch.zeros(2, 1)), "K >= 2"),
+        (lambda: T.group_index(["a", "a", "b"]), "uids: ragged"),
+        (lambda: T.group_index(["a", "a", "b", "b"], group_size=4), "group_size"),
+        (lambda: T.sequence_logp(torch.zeros(2, 3), torch.ones(2, 3), reduce="max"), "reduce"),
+        (lambda: T.tpo_sequence_weights(torch.zeros(4), torch.zeros(4), ["a", "a", "b"]), "ragged|index"),
+        (lambda: T.tpo_sequence_weights(torch.zeros(4), torch.zeros(3), ["a", "a", "b", "b"]), "shapes disagree"),
+        (lambda: T.tpo_sequence_weights(torch.zeros(4), torch.zeros(4), ["a", "a", "b", "b"], eta=0), "eta"),
+    ],
+)
 def test_bad_input_names_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()
@@ -229,16 +236,20 @@ def test_bad_input_names_the_parameter(call, name):
 
 def test_torch_ops_imports_no_jax():
     """The module loaded on its own (its file, no tpo_core package) runs without JAX in the process."""
-    code = ("import importlib.util, sys\n"
-            f"spec = importlib.util.spec_from_file_location('torch_ops', {T.__file__!r})\n"
-            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-            "import torch\n"
-            "m.tpo_loss(torch.zeros(1, 3), torch.zeros(1, 3), torch.tensor([[1.0, 0.0, 0.0]]))\n"
-            "assert 'jax' not in sys.modules, 'jax imported'\n")
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('torch_ops', {T.__file__!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "import torch\n"
+        "m.tpo_loss(torch.zeros(1, 3), torch.zeros(1, 3), torch.tensor([[1.0, 0.0, 0.0]]))\n"
+        "assert 'jax' not in sys.modules, 'jax imported'\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_importing_the_bridge_package_imports_no_jax():
-    code = ("import sys\nimport tpo_core.bridge.torch_ops, tpo_core.bridge.verl\n"
-            "assert 'jax' not in sys.modules, 'jax imported'\n")
+    code = (
+        "import sys\nimport tpo_core.bridge.torch_ops, tpo_core.bridge.verl\n"
+        "assert 'jax' not in sys.modules, 'jax imported'\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

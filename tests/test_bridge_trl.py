@@ -2,6 +2,7 @@
 
 The two-process expected gradient is built in the parent from the JAX engine's q, never by the bridge.
 """
+
 import os
 import socket
 import subprocess
@@ -18,7 +19,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from tpo_core import losses as L  # noqa: E402
 
-K, GROUPS, D, ETA = 4, 3, 5, 0.7          # 12 rows over 2 ranks of 6: the middle group spans both ranks
+K, GROUPS, D, ETA = 4, 3, 5, 0.7  # 12 rows over 2 ranks of 6: the middle group spans both ranks
 
 
 def _free_port():
@@ -63,19 +64,32 @@ def test_two_process_all_gather_gives_the_full_batch_gradient(tmp_path):
     n = K * GROUPS
     x, w0 = rng.normal(size=(n, D)), rng.normal(size=(1, D))
     scores = rng.integers(0, 2, n).astype(np.float64)
-    scores[K:2 * K] = [1.0, 0.0, 0.0, 1.0]                # the spanning group carries signal
+    scores[K : 2 * K] = [1.0, 0.0, 0.0, 1.0]  # the spanning group carries signal
     data = tmp_path / "data.npz"
     np.savez(data, x=x, w0=w0, scores=scores, k=K, eta=ETA)
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    env = {**os.environ, "PORT": str(_free_port()), "DATA": str(data), "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", str(tmp_path / f"g{r}.npy")], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    env = {
+        **os.environ,
+        "PORT": str(_free_port()),
+        "DATA": str(data),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), "2", str(tmp_path / f"g{r}.npy")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
     logs = [p.communicate(timeout=240)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-4000:]
     g0, g1 = np.load(tmp_path / "g0.npy"), np.load(tmp_path / "g1.npy")
-    np.testing.assert_array_equal(g0, g1)                   # DDP: every rank holds the same averaged gradient
+    np.testing.assert_array_equal(g0, g1)  # DDP: every rank holds the same averaged gradient
     # expected: ∇_w mean_g CE(q_g, softmax(x w)) = Σ_i (p_i - q_i)/G x_i at w = w0, q from the JAX engine
     seq = (x @ w0.reshape(-1)).reshape(GROUPS, K)
     q = np.asarray(L.tpo_target(jnp.asarray(seq), jnp.asarray(scores.reshape(GROUPS, K)), ETA), np.float64)
@@ -87,7 +101,7 @@ def test_two_process_all_gather_gives_the_full_batch_gradient(tmp_path):
 
 
 # ---- TargetPOTrainer on a tiny local Llama and a word-level tokenizer -----------------------------
-WORDS = [f"w{i}" for i in range(60)]                 # + 4 special tokens = the model's 64-token vocabulary
+WORDS = [f"w{i}" for i in range(60)]  # + 4 special tokens = the model's 64-token vocabulary
 GOOD = {f"w{i}" for i in range(20)}
 
 
@@ -98,8 +112,14 @@ def _tokenizer():
     vocab = {"[PAD]": 0, "[BOS]": 1, "[EOS]": 2, "[UNK]": 3, **{w: i + 4 for i, w in enumerate(WORDS)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", bos_token="[BOS]", eos_token="[EOS]",
-                                   unk_token="[UNK]", padding_side="left")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        bos_token="[BOS]",
+        eos_token="[EOS]",
+        unk_token="[UNK]",
+        padding_side="left",
+    )
 
 
 def _count_good(completions, **_):
@@ -114,20 +134,48 @@ def _make_trainer(tmp_path, **overrides):
 
     torch.manual_seed(0)
     tokenizer = _tokenizer()
-    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                   pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     model = transformers.LlamaForCausalLM(cfg)
     rng = np.random.default_rng(0)
     prompts = [" ".join(rng.choice(WORDS, 3)) for _ in range(8)]
-    settings = dict(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4,
-                    max_completion_length=6, max_steps=2, learning_rate=5e-3, logging_steps=1, report_to=[],
-                    save_strategy="no", use_cpu=True, bf16=False, seed=0, eta=1.0, temperature=1.0,
-                    dataloader_num_workers=0, disable_tqdm=True)
+    settings = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=2,
+        learning_rate=5e-3,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        eta=1.0,
+        temperature=1.0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
     settings.update(overrides)
     args = TargetPOConfig(**settings)
-    trainer = TargetPOTrainer(model=model, reward_funcs=_count_good, args=args,
-                              train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tokenizer)
+    trainer = TargetPOTrainer(
+        model=model,
+        reward_funcs=_count_good,
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": prompts}),
+        processing_class=tokenizer,
+    )
     return trainer
 
 
@@ -149,15 +197,14 @@ def test_target_po_trainer_two_steps_loss_finite_and_parameters_move(tmp_path, m
     assert moved > 0.0
     assert trainer.state.global_step == 2
     assert all(f"tpo/{name}" in logs[0] for name in ("entropy_p_old", "entropy_q", "tv", "zero_variance_frac"))
-    assert any(entry["reward_std"] > 0 for entry in logs)               # the groups carried signal
-    assert any(entry["tpo/tv"] > 1e-4 for entry in logs)                # and the target moved away from p_old
+    assert any(entry["reward_std"] > 0 for entry in logs)  # the groups carried signal
+    assert any(entry["tpo/tv"] > 1e-4 for entry in logs)  # and the target moved away from p_old
 
 
 def test_target_po_config_names_bad_parameters(tmp_path):
     from tpo_core.bridge.trl import TargetPOConfig
 
-    base = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, report_to=[],
-                use_cpu=True)
+    base = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, report_to=[], use_cpu=True)
     with pytest.raises(ValueError, match="eta"):
         TargetPOConfig(eta=0.0, **base)
     with pytest.raises(ValueError, match="sequence_logp"):
@@ -170,13 +217,17 @@ def test_group_shuffle_keeps_groups_whole():
     from tpo_core.bridge.trl import _shuffle_groups
 
     gid = torch.arange(12) // 4
-    batch = {"x": torch.arange(12), "names": [f"r{i}" for i in range(12)], "tpo_group_id": gid,
-             "num_items_in_batch": torch.tensor(3)}
+    batch = {
+        "x": torch.arange(12),
+        "names": [f"r{i}" for i in range(12)],
+        "tpo_group_id": gid,
+        "num_items_in_batch": torch.tensor(3),
+    }
     torch.manual_seed(3)
     out = _shuffle_groups(batch, gid)
     blocks = out["x"].view(3, 4)
     assert sorted(blocks[:, 0].tolist()) == [0, 4, 8]
-    assert torch.equal(blocks - blocks[:, :1], torch.arange(4).expand(3, 4))   # each group whole, in order
+    assert torch.equal(blocks - blocks[:, :1], torch.arange(4).expand(3, 4))  # each group whole, in order
     assert out["names"] == [f"r{i}" for i in out["x"].tolist()]
     assert torch.equal(out["tpo_group_id"], out["x"] // 4) and out["num_items_in_batch"].item() == 3
 
@@ -186,24 +237,28 @@ def test_trainer_loss_is_the_engines_tpo_loss_and_decomposed_matches_exact_at_th
     trainer = _make_trainer(tmp_path, tpo_mode="exact", sequence_logp="sum")
     trainer.model.train()
     inputs = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
-    assert "advantages" not in inputs                                   # GRPO's advantages are not used
+    assert "advantages" not in inputs  # GRPO's advantages are not used
     k, n = 4, inputs["completion_ids"].shape[0]
     gid = inputs["tpo_group_id"]
     blocks = gid.view(-1, k)
-    assert torch.all(blocks == blocks[:, :1])                            # rows arrive in whole groups
+    assert torch.all(blocks == blocks[:, :1])  # rows arrive in whole groups
     # independent forward pass: token-sum log-probs of each completion
     model = trainer.model
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
     att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
     t = inputs["completion_ids"].shape[1]
     with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=att).logits[:, -t - 1:-1].float()
+        logits = model(input_ids=ids, attention_mask=att).logits[:, -t - 1 : -1].float()
     tok = torch.log_softmax(logits, -1).gather(-1, inputs["completion_ids"][..., None]).squeeze(-1)
     seq = (tok * inputs["completion_mask"]).sum(-1).view(-1, k).numpy()
-    scores = np.array([_count_good([trainer.processing_class.decode(c[m.bool()])])[0]
-                       for c, m in zip(inputs["completion_ids"], inputs["completion_mask"])]).reshape(-1, k)
+    scores = np.array(
+        [
+            _count_good([trainer.processing_class.decode(c[m.bool()])])[0]
+            for c, m in zip(inputs["completion_ids"], inputs["completion_mask"])
+        ]
+    ).reshape(-1, k)
     np.testing.assert_allclose(inputs["tpo_scores"].view(-1, k).numpy(), scores)
-    assert scores.std(-1).max() > 0                                      # at least one informative group
+    assert scores.std(-1).max() > 0  # at least one informative group
     expected = float(L.tpo_loss(jnp.asarray(seq), jnp.asarray(seq), jnp.asarray(scores, jnp.float32), 1.0))
     model.zero_grad()
     loss = trainer._compute_loss(model, inputs)
@@ -278,46 +333,75 @@ def test_two_process_trainer_exact_mode_update_is_the_full_group_gradient(tmp_pa
 
     script = tmp_path / "trainer_worker.py"
     script.write_text(TRAINER_WORKER)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={_free_port()}", str(script), str(tmp_path)]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={_free_port()}",
+        str(script),
+        str(tmp_path),
+    ]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
     assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
     rows = [torch.load(tmp_path / f"rows{r}.pt") for r in (0, 1)]
-    assert [r["tpo_group_id"].tolist() for r in rows] == [[0, 0], [0, 0]]    # one group across the processes
-    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                   pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    assert [r["tpo_group_id"].tolist() for r in rows] == [[0, 0], [0, 0]]  # one group across the processes
+    cfg = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     model = transformers.LlamaForCausalLM(cfg)
     model.load_state_dict(torch.load(tmp_path / "init.pt"))
     seqs = []
-    for r in rows:                                                          # independent token-sum log-probs
+    for r in rows:  # independent token-sum log-probs
         ids = torch.cat([r["prompt_ids"], r["completion_ids"]], 1)
         att = torch.cat([r["prompt_mask"], r["completion_mask"]], 1)
         t = r["completion_ids"].shape[1]
-        logits = model(input_ids=ids, attention_mask=att).logits[:, -t - 1:-1]
+        logits = model(input_ids=ids, attention_mask=att).logits[:, -t - 1 : -1]
         tok = torch.log_softmax(logits, -1).gather(-1, r["completion_ids"][..., None]).squeeze(-1)
         seqs.append((tok * r["completion_mask"]).sum(-1))
     seq = torch.cat(seqs)
     scores = torch.cat([r["tpo_scores"] for r in rows]).float()
     assert scores.std() > 0, "the sampled group carries no signal; pick another seed"
-    q = torch.tensor(np.asarray(L.tpo_target(jnp.asarray(seq.detach().numpy()[None]),
-                                             jnp.asarray(scores.numpy()[None]), 1.0))[0])
+    q = torch.tensor(
+        np.asarray(L.tpo_target(jnp.asarray(seq.detach().numpy()[None]), jnp.asarray(scores.numpy()[None]), 1.0))[0]
+    )
     loss = -(q * torch.log_softmax(seq, -1)).sum()
     loss.backward()
     final = torch.load(tmp_path / "final.pt")
     for name, p in model.named_parameters():
-        step = p.detach() - final[name]                                     # SGD: θ_0 - θ_1 = lr · ∇L
+        step = p.detach() - final[name]  # SGD: θ_0 - θ_1 = lr · ∇L
         torch.testing.assert_close(step, 0.1 * p.grad, rtol=2e-3, atol=2e-7, msg=name)
     assert max(p.grad.abs().max().item() for p in model.parameters()) > 1e-4
 
 
-@pytest.mark.parametrize("overrides, match", [
-    (dict(tpo_mode="decomposed", num_iterations=2), "decomposed"),
-    (dict(tpo_mode="exact", per_device_train_batch_size=2, steps_per_generation=2, gradient_accumulation_steps=2),
-     "span processes"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (dict(tpo_mode="decomposed", num_iterations=2), "decomposed"),
+        (
+            dict(
+                tpo_mode="exact", per_device_train_batch_size=2, steps_per_generation=2, gradient_accumulation_steps=2
+            ),
+            "span processes",
+        ),
+    ],
+)
 def test_trainer_refuses_configurations_where_its_loss_would_not_be_tpo(tmp_path, overrides, match):
     with pytest.raises(ValueError, match=match):
         _make_trainer(tmp_path, **overrides)

@@ -3,6 +3,7 @@
 Every expected value is computed here, independently of the bridge: numpy closed forms of TPO's target and
 loss on per-row sequence scores from an independent forward pass, and TRL's own ``GRPOTrainer`` for the KL.
 """
+
 import copy
 
 import numpy as np
@@ -39,7 +40,7 @@ def _independent_rows(trainer, inputs):
     att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
     t = inputs["completion_ids"].shape[1]
     with torch.no_grad():
-        logits = trainer.model(input_ids=ids, attention_mask=att).logits[:, -t - 1:-1].double()
+        logits = trainer.model(input_ids=ids, attention_mask=att).logits[:, -t - 1 : -1].double()
     tok = torch.log_softmax(logits, -1).gather(-1, inputs["completion_ids"][..., None]).squeeze(-1).numpy()
     m = inputs["completion_mask"].double().numpy()
     total, length = (tok * m).sum(-1), m.sum(-1)
@@ -53,20 +54,23 @@ def test_sequence_score_from_the_config_reaches_the_loss_and_the_spread_is_logge
     k = trainer.num_generations
     ell_sum, ell_mean, length = _independent_rows(trainer, inputs)
     ell = ell_sum if score == "sum" else ell_mean
-    scores = np.array([_count_good([trainer.processing_class.decode(c[m.bool()])])[0]
-                       for c, m in zip(inputs["completion_ids"], inputs["completion_mask"])])
-    order = np.argsort(inputs["tpo_group_id"].numpy(), kind="stable")       # rows arrive as whole groups
-    groups = [order[g * k:(g + 1) * k] for g in range(len(order) // k)]
+    scores = np.array(
+        [
+            _count_good([trainer.processing_class.decode(c[m.bool()])])[0]
+            for c, m in zip(inputs["completion_ids"], inputs["completion_mask"])
+        ]
+    )
+    order = np.argsort(inputs["tpo_group_id"].numpy(), kind="stable")  # rows arrive as whole groups
+    groups = [order[g * k : (g + 1) * k] for g in range(len(order) // k)]
     expected = np.mean([_np_tpo(ell[i], ell[i], scores[i], 0.7)[2] for i in groups])
     loss = trainer._compute_loss(trainer.model, inputs).item() * trainer.args.gradient_accumulation_steps
     assert loss == pytest.approx(expected, rel=1e-5, abs=1e-6)
-    other = ell_mean if score == "sum" else ell_sum                          # the two scores give other losses
+    other = ell_mean if score == "sum" else ell_sum  # the two scores give other losses
     assert abs(np.mean([_np_tpo(other[i], other[i], scores[i], 0.7)[2] for i in groups]) - expected) > 1e-3
     m = trainer._metrics["train"]
     for name, x in (("logp_sum", ell_sum), ("logp_mean", ell_mean), ("length", length)):
         assert m[f"tpo/{name}_std"][-1] == pytest.approx(np.mean([x[i].std() for i in groups]), rel=1e-5, abs=1e-7)
-        assert m[f"tpo/{name}_range"][-1] == pytest.approx(np.mean([np.ptp(x[i]) for i in groups]), rel=1e-5,
-                                                           abs=1e-7)
+        assert m[f"tpo/{name}_range"][-1] == pytest.approx(np.mean([np.ptp(x[i]) for i in groups]), rel=1e-5, abs=1e-7)
 
 
 def test_default_sequence_score_is_the_mean_and_sum_is_one_flag_away(tmp_path):
@@ -85,16 +89,17 @@ def test_default_sequence_score_is_the_mean_and_sum_is_one_flag_away(tmp_path):
 def test_all_masked_rows_leave_the_group_softmax(tmp_path, mode):
     """``mask_truncated_completions=True`` zeroes truncated rows' masks: they must get no mass and not change
     the other rows' target; the loss equals TPO on each group without them."""
-    trainer = _make_trainer(tmp_path, tpo_mode=mode, sequence_logp="sum", mask_truncated_completions=True,
-                            max_completion_length=3)
+    trainer = _make_trainer(
+        tmp_path, tpo_mode=mode, sequence_logp="sum", mask_truncated_completions=True, max_completion_length=3
+    )
     inputs = _generation(trainer)
     k = trainer.num_generations
     masked = (inputs["completion_mask"].sum(-1) == 0).numpy()
-    assert masked.any() and not masked.all()                               # some rows truncated, some not
+    assert masked.any() and not masked.all()  # some rows truncated, some not
     ell_sum, _, _ = _independent_rows(trainer, inputs)
     scores = inputs["tpo_scores"].double().numpy()
     order = np.argsort(inputs["tpo_group_id"].numpy(), kind="stable")
-    groups = [order[g * k:(g + 1) * k] for g in range(len(order) // k)]
+    groups = [order[g * k : (g + 1) * k] for g in range(len(order) // k)]
     kept = [i[~masked[i]] for i in groups]
     kept = [i for i in kept if len(i)]
     expected = np.mean([_np_tpo(ell_sum[i], ell_sum[i], scores[i], 1.0)[2] for i in kept])
@@ -102,7 +107,7 @@ def test_all_masked_rows_leave_the_group_softmax(tmp_path, mode):
     loss = trainer._compute_loss(trainer.model, inputs)
     if mode == "exact":
         assert loss.item() * trainer.args.gradient_accumulation_steps == pytest.approx(expected, rel=1e-5, abs=1e-6)
-    else:                                    # per-row weights K (q − p_old): zero on masked rows, closed form else
+    else:  # per-row weights K (q − p_old): zero on masked rows, closed form else
         w = inputs["tpo_weights"].numpy()
         assert np.all(w[masked] == 0.0)
         for _, i in zip(groups, kept):
@@ -127,16 +132,17 @@ def test_group_maths_in_float64_keeps_the_gradient_direction_at_tiny_tv(tmp_path
     k = trainer.num_generations
     gen = torch.Generator().manual_seed(1)
     seq_target = torch.zeros(n, dtype=torch.float64)
-    for g in range(n // k):                                    # one dominant completion, the rest 20–30 nats below
-        seq_target[g * k:(g + 1) * k] = torch.tensor([-2.0, *(-20.0 - 10.0 * torch.rand(k - 1, generator=gen))],
-                                                     dtype=torch.float64)
+    for g in range(n // k):  # one dominant completion, the rest 20–30 nats below
+        seq_target[g * k : (g + 1) * k] = torch.tensor(
+            [-2.0, *(-20.0 - 10.0 * torch.rand(k - 1, generator=gen))], dtype=torch.float64
+        )
     mask = inputs["completion_mask"].clone()
     mask[:, 0] = 1
     inputs["completion_mask"] = mask
     lengths = mask.sum(-1, keepdim=True).double()
-    token = (seq_target[:, None] / lengths * mask).float().requires_grad_(True)   # f32 leaf, as a model's output
+    token = (seq_target[:, None] / lengths * mask).float().requires_grad_(True)  # f32 leaf, as a model's output
     scores = torch.zeros(n)
-    scores[1::k] = 1.0                                          # the success is an improbable completion
+    scores[1::k] = 1.0  # the success is an improbable completion
     inputs["tpo_scores"] = scores
     inputs["tpo_group_id"] = torch.arange(n) // k
     inputs.pop("old_per_token_logps", None)
@@ -176,37 +182,63 @@ def test_kl_term_equals_grpo_trainers_own_on_the_same_inputs(tmp_path, monkeypat
     import trl.trainer.grpo_trainer as grpo_module
     from trl import GRPOConfig, GRPOTrainer
 
-    def reference_model(*args, **kwargs):                     # the in-memory test model has no path to reload
+    def reference_model(*args, **kwargs):  # the in-memory test model has no path to reload
         torch.manual_seed(0)
-        return transformers.LlamaForCausalLM(transformers.LlamaConfig(
-            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2))
+        return transformers.LlamaForCausalLM(
+            transformers.LlamaConfig(
+                vocab_size=64,
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                max_position_embeddings=64,
+                pad_token_id=0,
+                bos_token_id=1,
+                eos_token_id=2,
+            )
+        )
 
     monkeypatch.setattr(grpo_module, "create_model_from_path", reference_model)
 
     trainer = _make_trainer(tmp_path, tpo_mode="exact", sequence_logp="mean", beta=0.05, num_iterations=2)
-    with torch.no_grad():                                      # move the policy away from the reference model
+    with torch.no_grad():  # move the policy away from the reference model
         gen = torch.Generator().manual_seed(0)
         for p in trainer.model.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=gen))
     inputs = _generation(trainer)
     assert inputs.get("ref_per_token_logps") is not None
-    with torch.no_grad():                                      # an old policy a little off the current one
+    with torch.no_grad():  # an old policy a little off the current one
         inputs["old_per_token_logps"] = inputs["old_per_token_logps"] + 0.01
     with_kl = trainer._compute_loss(trainer.model, inputs).item()
     trainer.beta = 0.0
     without = trainer._compute_loss(trainer.model, inputs).item()
     tpo_kl = with_kl - without
-    grpo_args = GRPOConfig(output_dir=str(tmp_path / "grpo"), per_device_train_batch_size=8, num_generations=4,
-                           max_completion_length=6, beta=0.05, num_iterations=2, report_to=[], use_cpu=True, bf16=False,
-                           learning_rate=5e-3, seed=0)
-    grpo = GRPOTrainer(model=copy.deepcopy(trainer.model), reward_funcs=_count_good, args=grpo_args,
-                       train_dataset=trainer.train_dataset, processing_class=trainer.processing_class)
+    grpo_args = GRPOConfig(
+        output_dir=str(tmp_path / "grpo"),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=6,
+        beta=0.05,
+        num_iterations=2,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        learning_rate=5e-3,
+        seed=0,
+    )
+    grpo = GRPOTrainer(
+        model=copy.deepcopy(trainer.model),
+        reward_funcs=_count_good,
+        args=grpo_args,
+        train_dataset=trainer.train_dataset,
+        processing_class=trainer.processing_class,
+    )
     grpo.model.train()
-    grpo.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps   # set by train() otherwise
+    grpo.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # set by train() otherwise
     grpo_inputs = dict(inputs, advantages=torch.zeros(inputs["completion_ids"].shape[0]))
     grpo_kl = grpo._compute_loss(grpo.model, grpo_inputs).item()
-    assert grpo_kl > 1e-4                                       # a real KL, not 0 = 0
+    assert grpo_kl > 1e-4  # a real KL, not 0 = 0
     assert tpo_kl == pytest.approx(grpo_kl, rel=1e-4)
     assert trainer._metrics["train"]["kl"][-1] == pytest.approx(grpo._metrics["train"]["kl"][-1], rel=1e-5)
 
@@ -224,8 +256,8 @@ def test_trainer_keeps_per_completion_records_of_the_first_and_last_generation(t
             assert set(r) == {"group", "logp_sum", "logp_mean", "length", "truncated", "reward"}
             assert r["logp_mean"] * max(r["length"], 1) == pytest.approx(r["logp_sum"], rel=1e-9, abs=1e-9)
             assert r["logp_sum"] <= 0.0 and 0 <= r["length"] <= trainer.args.max_completion_length
-            if r["length"] < trainer.args.max_completion_length:   # ended early: it ended with EOS
+            if r["length"] < trainer.args.max_completion_length:  # ended early: it ended with EOS
                 assert not r["truncated"]
-    assert records["first"] != records["last"]                  # three generations apart
+    assert records["first"] != records["last"]  # three generations apart
     logs = [e for e in trainer.state.log_history if "loss" in e]
     assert all("grad_norm" in e and np.isfinite(e["grad_norm"]) for e in logs)

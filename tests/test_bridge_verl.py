@@ -8,6 +8,7 @@ every valid token carries the same value and padding 0) and compare it with (p_i
 Expected values never come from the code under test: q from ``tpo_core.losses.tpo_target`` (the JAX engine)
 or from the closed forms written here in numpy float64; verl's k3 written out by hand.
 """
+
 import os
 import subprocess
 import sys
@@ -38,12 +39,18 @@ def _rollout(seed=0, groups=G, k=K, t=T_LEN):
     mask = (np.arange(t)[None, :] < lengths[:, None]).astype(np.float32)
     old = -rng.uniform(0.1, 2.0, (n, t)).astype(np.float32) * mask
     scores = rng.integers(0, 2, n).astype(np.float32)
-    scores[:k] = 1.0                                                        # one all-equal group
+    scores[:k] = 1.0  # one all-equal group
     rewards = np.zeros((n, t), np.float32)
     rewards[np.arange(n), lengths - 1] = scores
     uid = np.repeat(np.array([f"p{i}" for i in range(groups)], dtype=object), k)
-    return dict(old=torch.tensor(old), mask=torch.tensor(mask), rewards=torch.tensor(rewards),
-                scores=scores, uid=uid, lengths=lengths)
+    return dict(
+        old=torch.tensor(old),
+        mask=torch.tensor(mask),
+        rewards=torch.tensor(rewards),
+        scores=scores,
+        uid=uid,
+        lengths=lengths,
+    )
 
 
 def _per_token(grad, mask):
@@ -86,8 +93,12 @@ def _np_target(seq_old, s, eta=1.0):
 
 def _expected_seq_grad(seq_logp, seq_logp_old, scores, eta, groups):
     """(p - q)/G per sequence, q from the JAX engine; rows grouped contiguously [G, K]."""
-    q = np.asarray(L.tpo_target(jnp.asarray(seq_logp_old.reshape(groups, -1), jnp.float32),
-                                jnp.asarray(scores.reshape(groups, -1)), eta), np.float64)
+    q = np.asarray(
+        L.tpo_target(
+            jnp.asarray(seq_logp_old.reshape(groups, -1), jnp.float32), jnp.asarray(scores.reshape(groups, -1)), eta
+        ),
+        np.float64,
+    )
     p = _np_softmax(seq_logp.reshape(groups, -1).astype(np.float64))
     return ((p - q) / groups).reshape(-1)
 
@@ -96,8 +107,9 @@ class _ActorCfg(dict):
     """The fields verl's losses read from an ActorConfig (policy_loss carries TPO's sequence score)."""
 
     def __init__(self, rollout_n, score=None, **info):
-        policy_loss = {"loss_mode": "tpo_group"} if score is None else {"loss_mode": "tpo_group",
-                                                                        "tpo_sequence_logp": score}
+        policy_loss = (
+            {"loss_mode": "tpo_group"} if score is None else {"loss_mode": "tpo_group", "tpo_sequence_logp": score}
+        )
         super().__init__(rollout_n=rollout_n, global_batch_info=dict(info), policy_loss=policy_loss)
         self.rollout_n, self.global_batch_info, self.policy_loss = rollout_n, dict(info), policy_loss
 
@@ -123,26 +135,35 @@ def _cosine(a, b):
 # the plugin
 # --------------------------------------------------------------------------------------------
 def test_plugin_loads_through_the_entry_point_and_both_names_resolve():
-    code = ("import sys, importlib.metadata as md\n"
-            "eps = [e for e in md.entry_points(group='verl.plugins') if e.value == 'tpo_core.bridge.verl']\n"
-            "assert eps, 'entry point verl.plugins -> tpo_core.bridge.verl not installed (pip install -e .)'\n"
-            "assert 'tpo_core.bridge.verl' not in sys.modules\n"
-            "import verl\n"
-            "from verl.trainer.ppo import core_algos as c\n"
-            "assert 'tpo_core.bridge.verl' in sys.modules, 'import verl did not load the plugin'\n"
-            "m = sys.modules['tpo_core.bridge.verl']\n"
-            "assert c.get_adv_estimator_fn('tpo') is m.compute_tpo_advantage\n"
-            "assert c.get_adv_estimator_fn('tpo_group') is m.compute_tpo_group_advantage\n"
-            "assert c.get_policy_loss_fn('tpo_group') is m.compute_policy_loss_tpo_group\n"
-            "print('ok')\n")
+    code = (
+        "import sys, importlib.metadata as md\n"
+        "eps = [e for e in md.entry_points(group='verl.plugins') if e.value == 'tpo_core.bridge.verl']\n"
+        "assert eps, 'entry point verl.plugins -> tpo_core.bridge.verl not installed (pip install -e .)'\n"
+        "assert 'tpo_core.bridge.verl' not in sys.modules\n"
+        "import verl\n"
+        "from verl.trainer.ppo import core_algos as c\n"
+        "assert 'tpo_core.bridge.verl' in sys.modules, 'import verl did not load the plugin'\n"
+        "m = sys.modules['tpo_core.bridge.verl']\n"
+        "assert c.get_adv_estimator_fn('tpo') is m.compute_tpo_advantage\n"
+        "assert c.get_adv_estimator_fn('tpo_group') is m.compute_tpo_group_advantage\n"
+        "assert c.get_policy_loss_fn('tpo_group') is m.compute_policy_loss_tpo_group\n"
+        "print('ok')\n"
+    )
     env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "auto"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
     # with discovery off, nothing registers: the entry point (not a test import) is what loads it
-    off = ("import verl\nfrom verl.trainer.ppo import core_algos as c\n"
-           "assert 'tpo' not in c.ADV_ESTIMATOR_REGISTRY and 'tpo_group' not in c.POLICY_LOSS_REGISTRY\n")
-    out = subprocess.run([sys.executable, "-c", off], env={**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"},
-                         capture_output=True, text=True, timeout=180)
+    off = (
+        "import verl\nfrom verl.trainer.ppo import core_algos as c\n"
+        "assert 'tpo' not in c.ADV_ESTIMATOR_REGISTRY and 'tpo_group' not in c.POLICY_LOSS_REGISTRY\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", off],
+        env={**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
 
 
@@ -154,20 +175,30 @@ def test_route_a_gpg_gradient_at_theta_old_is_p_minus_q_over_g(score):
     r = _rollout()
     eta = 0.5
     adv, ret = core_algos.get_adv_estimator_fn("tpo")(
-        token_level_rewards=r["rewards"], response_mask=r["mask"], index=r["uid"],
-        config=OmegaConf.create({"tpo_eta": eta, "tpo_sequence_logp": score}), old_log_probs=r["old"])
+        token_level_rewards=r["rewards"],
+        response_mask=r["mask"],
+        index=r["uid"],
+        config=OmegaConf.create({"tpo_eta": eta, "tpo_sequence_logp": score}),
+        old_log_probs=r["old"],
+    )
     assert torch.equal(adv, ret)
-    log_prob = r["old"].clone().requires_grad_(True)                          # θ = θ_old
+    log_prob = r["old"].clone().requires_grad_(True)  # θ = θ_old
     loss, _ = core_algos.get_policy_loss_fn("gpg")(
-        old_log_prob=r["old"], log_prob=log_prob, advantages=adv, response_mask=r["mask"].bool(),
-        loss_agg_mode="seq-mean-token-sum", config=_ActorCfg(K, dp_size=1, global_batch_size=G * K))
+        old_log_prob=r["old"],
+        log_prob=log_prob,
+        advantages=adv,
+        response_mask=r["mask"].bool(),
+        loss_agg_mode="seq-mean-token-sum",
+        config=_ActorCfg(K, dp_size=1, global_batch_size=G * K),
+    )
     loss.backward()
     got = _per_sequence(log_prob.grad, r["mask"], score)
     seq_old = _np_seq(r["old"], r["mask"], score)
     np.testing.assert_allclose(got, _expected_seq_grad(seq_old, seq_old, r["scores"], eta, G), atol=2e-7)
-    if score == "mean":                                                         # the default is the mean
-        default, _ = V.compute_tpo_advantage(r["rewards"], r["mask"], index=r["uid"], old_log_probs=r["old"],
-                                             config={"tpo_eta": eta})
+    if score == "mean":  # the default is the mean
+        default, _ = V.compute_tpo_advantage(
+            r["rewards"], r["mask"], index=r["uid"], old_log_probs=r["old"], config={"tpo_eta": eta}
+        )
         torch.testing.assert_close(default, adv, rtol=0, atol=0)
 
 
@@ -176,16 +207,19 @@ def test_route_a_bad_inputs_name_the_parameter():
     with pytest.raises(ValueError, match="old_log_probs"):
         V.compute_tpo_advantage(r["rewards"], r["mask"], index=r["uid"])
     with pytest.raises(ValueError, match="algorithm.tpo_sequence_logp"):
-        V.compute_tpo_advantage(r["rewards"], r["mask"], index=r["uid"], old_log_probs=r["old"],
-                                config={"tpo_sequence_logp": "median"})
-    with pytest.raises(ValueError, match="tpo_seq_reduce"):                   # the old key is never ignored
-        V.compute_tpo_advantage(r["rewards"], r["mask"], index=r["uid"], old_log_probs=r["old"],
-                                config={"tpo_seq_reduce": "sum"})
+        V.compute_tpo_advantage(
+            r["rewards"], r["mask"], index=r["uid"], old_log_probs=r["old"], config={"tpo_sequence_logp": "median"}
+        )
+    with pytest.raises(ValueError, match="tpo_seq_reduce"):  # the old key is never ignored
+        V.compute_tpo_advantage(
+            r["rewards"], r["mask"], index=r["uid"], old_log_probs=r["old"], config={"tpo_seq_reduce": "sum"}
+        )
     with pytest.raises(ValueError, match="tpo_seq_reduce"):
         V.compute_tpo_group_advantage(r["rewards"], r["mask"], index=r["uid"], config={"tpo_seq_reduce": "sum"})
     with pytest.raises(ValueError, match="actor.policy_loss.tpo_sequence_logp"):
-        V.compute_policy_loss_tpo_group(r["old"], r["old"], torch.zeros_like(r["old"]), r["mask"].bool(),
-                                        config=_ActorCfg(K, "Sum"))
+        V.compute_policy_loss_tpo_group(
+            r["old"], r["old"], torch.zeros_like(r["old"]), r["mask"].bool(), config=_ActorCfg(K, "Sum")
+        )
     with pytest.raises(ValueError, match="actor.policy_loss.tpo_sequence_logp"):
         V.TPOPolicyLossConfig(loss_mode="tpo_group", tpo_sequence_logp="token")
 
@@ -196,14 +230,22 @@ def test_route_b_gradient_is_p_minus_q_over_g_at_any_theta(theta_moved, score):
     r = _rollout(seed=3)
     eta = 2.0
     adv, _ = core_algos.get_adv_estimator_fn("tpo_group")(
-        token_level_rewards=r["rewards"], response_mask=r["mask"], index=r["uid"],
-        config=OmegaConf.create({"tpo_eta": eta}))
+        token_level_rewards=r["rewards"],
+        response_mask=r["mask"],
+        index=r["uid"],
+        config=OmegaConf.create({"tpo_eta": eta}),
+    )
     shift = torch.tensor(np.random.default_rng(9).normal(0, 0.3, r["old"].shape), dtype=torch.float32)
-    current = r["old"] + (shift * r["mask"] if theta_moved else 0.0)           # a later epoch: θ ≠ θ_old
+    current = r["old"] + (shift * r["mask"] if theta_moved else 0.0)  # a later epoch: θ ≠ θ_old
     log_prob = current.clone().requires_grad_(True)
     loss, metrics = core_algos.get_policy_loss_fn("tpo_group")(
-        old_log_prob=r["old"], log_prob=log_prob, advantages=adv, response_mask=r["mask"].bool(),
-        loss_agg_mode="token-mean", config=_ActorCfg(K, score, dp_size=1, global_batch_size=G * K))
+        old_log_prob=r["old"],
+        log_prob=log_prob,
+        advantages=adv,
+        response_mask=r["mask"].bool(),
+        loss_agg_mode="token-mean",
+        config=_ActorCfg(K, score, dp_size=1, global_batch_size=G * K),
+    )
     loss.backward()
     assert loss.dtype == torch.float32 and log_prob.grad.dtype == torch.float32
     got = _per_sequence(log_prob.grad, r["mask"], score)
@@ -211,9 +253,14 @@ def test_route_b_gradient_is_p_minus_q_over_g_at_any_theta(theta_moved, score):
     seq_now = _np_seq(current, r["mask"], score)
     np.testing.assert_allclose(got, _expected_seq_grad(seq_now, seq_old, r["scores"], eta, G), atol=2e-7)
     # the loss value is the engine's mean group cross-entropy
-    ref = float(L.tpo_loss(jnp.asarray(seq_now.reshape(G, K), jnp.float32),
-                           jnp.asarray(seq_old.reshape(G, K), jnp.float32),
-                           jnp.asarray(r["scores"].reshape(G, K)), eta))
+    ref = float(
+        L.tpo_loss(
+            jnp.asarray(seq_now.reshape(G, K), jnp.float32),
+            jnp.asarray(seq_old.reshape(G, K), jnp.float32),
+            jnp.asarray(r["scores"].reshape(G, K)),
+            eta,
+        )
+    )
     assert loss.item() == pytest.approx(ref, rel=1e-5, abs=1e-6)
     assert {"actor/tpo_tv", "actor/tpo_tv_old", "actor/tpo_entropy_q", "actor/tpo_entropy_p"} <= set(metrics)
 
@@ -226,16 +273,17 @@ def test_sequence_score_from_the_verl_config_reaches_the_loss(flag):
     score = flag or "mean"
     assert isinstance(actor.policy_loss, V.TPOPolicyLossConfig) and actor.policy_loss.tpo_sequence_logp == score
     r = _rollout(seed=7, groups=2, k=k)
-    assert len(set(r["lengths"].tolist())) > 2                                 # unequal lengths: sum ≠ mean
+    assert len(set(r["lengths"].tolist())) > 2  # unequal lengths: sum ≠ mean
     adv, _ = V.compute_tpo_group_advantage(r["rewards"], r["mask"], index=r["uid"])
     shift = torch.tensor(np.random.default_rng(1).normal(0, 0.4, r["old"].shape), dtype=torch.float32)
     current = (r["old"] + shift * r["mask"]).requires_grad_(True)
     actor.global_batch_info.update(dp_size=1, global_batch_size=2 * k)
     loss, _ = core_algos.get_policy_loss_fn(actor.policy_loss.loss_mode)(
-        r["old"], current, adv, r["mask"].bool(), actor.loss_agg_mode, actor)
+        r["old"], current, adv, r["mask"].bool(), actor.loss_agg_mode, actor
+    )
     loss.backward()
 
-    def closed_form(s):                        # L = (1/G) Σ_g -Σ_i q_i log p_i; dL/dlog π_it = (p_i - q_i)/G · ∂ℓ_i
+    def closed_form(s):  # L = (1/G) Σ_g -Σ_i q_i log p_i; dL/dlog π_it = (p_i - q_i)/G · ∂ℓ_i
         lo, ln = _np_seq(r["old"], r["mask"], s).reshape(2, k), _np_seq(current.detach(), r["mask"], s).reshape(2, k)
         q = np.stack([_np_target(lo[g], r["scores"].reshape(2, k)[g]) for g in range(2)])
         logp = ln - ln.max(-1, keepdims=True) - np.log(np.exp(ln - ln.max(-1, keepdims=True)).sum(-1, keepdims=True))
@@ -246,7 +294,7 @@ def test_sequence_score_from_the_verl_config_reaches_the_loss(flag):
 
     value, d_tok = closed_form(score)
     other, _ = closed_form("sum" if score == "mean" else "mean")
-    assert abs(value - other) > 0.05                                           # the two scores are told apart
+    assert abs(value - other) > 0.05  # the two scores are told apart
     assert loss.item() == pytest.approx(value, rel=1e-6)
     np.testing.assert_allclose(_per_token(current.grad, r["mask"]), d_tok, rtol=1e-5, atol=1e-8)
     # verl's own PolicyLossConfig has no such field: the loss then uses the default, "mean"
@@ -263,15 +311,15 @@ def test_an_all_masked_row_is_left_out_of_the_group(score):
     r = _rollout(seed=11, groups=2)
     n, dead = 2 * K, 1
     mask = r["mask"].clone()
-    mask[dead] = 0.0                                                           # e.g. verl's sequence-level RS
+    mask[dead] = 0.0  # e.g. verl's sequence-level RS
     old = r["old"] * mask
-    scores = np.array([0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0], np.float32)   # the dead row "succeeded"
+    scores = np.array([0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0], np.float32)  # the dead row "succeeded"
     rewards = torch.zeros_like(mask)
     rewards[torch.arange(n), torch.tensor(r["lengths"] - 1)] = torch.tensor(scores)
     live = [i for i in range(K) if i != dead]
     eta = 1.0
 
-    def reference(s):           # each group without the dead row, computed here: q and p_old over the valid rows
+    def reference(s):  # each group without the dead row, computed here: q and p_old over the valid rows
         lo = _np_seq(old, mask, s)
         q = np.zeros(n)
         p_old = np.zeros(n)
@@ -296,8 +344,9 @@ def test_an_all_masked_row_is_left_out_of_the_group(score):
     np.testing.assert_allclose(q, q_ref, rtol=1e-6, atol=1e-9)
     shift = torch.tensor(np.random.default_rng(4).normal(0, 0.3, old.shape), dtype=torch.float32) * mask
     current = (old + shift).requires_grad_(True)
-    loss, metrics = V.compute_policy_loss_tpo_group(old, current, adv, mask.bool(),
-                                                    config=_ActorCfg(K, score, dp_size=1, global_batch_size=n))
+    loss, metrics = V.compute_policy_loss_tpo_group(
+        old, current, adv, mask.bool(), config=_ActorCfg(K, score, dp_size=1, global_batch_size=n)
+    )
     loss.backward()
     assert torch.all(current.grad[dead] == 0)
     lo_now = _np_seq(current.detach(), mask, score)
@@ -311,12 +360,14 @@ def test_an_all_masked_row_is_left_out_of_the_group(score):
     assert metrics["actor/tpo_valid_frac"] == pytest.approx((n - 1) / n)
 
     # Route A: the dead row's weight is 0; the others' gradient is the 3-row group's (global_batch_size = N rows)
-    adv_a, _ = V.compute_tpo_advantage(rewards, mask, index=r["uid"], old_log_probs=old,
-                                       config={"tpo_eta": eta, "tpo_sequence_logp": score})
+    adv_a, _ = V.compute_tpo_advantage(
+        rewards, mask, index=r["uid"], old_log_probs=old, config={"tpo_eta": eta, "tpo_sequence_logp": score}
+    )
     assert torch.all(adv_a[dead] == 0)
     x = old.clone().requires_grad_(True)
-    core_algos.get_policy_loss_fn("gpg")(old, x, adv_a, mask.bool(), "seq-mean-token-sum",
-                                         _ActorCfg(K, dp_size=1, global_batch_size=n))[0].backward()
+    core_algos.get_policy_loss_fn("gpg")(
+        old, x, adv_a, mask.bool(), "seq-mean-token-sum", _ActorCfg(K, dp_size=1, global_batch_size=n)
+    )[0].backward()
     got = _per_sequence(x.grad[rows], mask[rows], score)
     np.testing.assert_allclose(got, ((p_old_ref - q_ref) / 2)[rows], rtol=1e-5, atol=1e-8)
 
@@ -331,7 +382,7 @@ def _tv_1e9_group(score, k=16):
     lengths = rng.integers(3, 9, k)
     t = int(lengths.max())
     mask = (np.arange(t)[None, :] < lengths[:, None]).astype(np.float32)
-    per_tok = seq / lengths if score == "sum" else seq                         # ℓ_i as designed, up to f32 rounding
+    per_tok = seq / lengths if score == "sum" else seq  # ℓ_i as designed, up to f32 rounding
     tok = (per_tok[:, None] * mask).astype(np.float32)
     rewards = np.zeros((k, t), np.float32)
     rewards[np.arange(k), lengths - 1] = scores
@@ -341,28 +392,38 @@ def _tv_1e9_group(score, k=16):
     p = _np_softmax(ell)
     eu = np.exp(_np_u(scores.astype(np.float64)))
     d = p * (p[None, :] * (eu[None, :] - eu[:, None])).sum(-1) / (p * eu).sum()
-    return dict(tok=torch.tensor(tok), mask=torch.tensor(mask), rewards=torch.tensor(rewards), scores=scores,
-                uid=np.zeros(k, dtype=np.int64), d=d, tv=0.5 * np.abs(d).sum(), lengths=lengths)
+    return dict(
+        tok=torch.tensor(tok),
+        mask=torch.tensor(mask),
+        rewards=torch.tensor(rewards),
+        scores=scores,
+        uid=np.zeros(k, dtype=np.int64),
+        d=d,
+        tv=0.5 * np.abs(d).sum(),
+        lengths=lengths,
+    )
 
 
 @pytest.mark.parametrize("score", SCORES)
 def test_float64_group_maths_keeps_the_direction_where_tv_is_1e_9(score):
     k = 16
     c = _tv_1e9_group(score, k)
-    assert 1e-10 < c["tv"] < 1e-8                                              # TV(q, p_old) ≈ 1e-9
+    assert 1e-10 < c["tv"] < 1e-8  # TV(q, p_old) ≈ 1e-9
     # Route B, float32 token log-probs at θ = θ_old: dL/dℓ = (p - q)/G, G = 1
     x = c["tok"].clone().requires_grad_(True)
     adv, _ = V.compute_tpo_group_advantage(c["rewards"], c["mask"], index=c["uid"])
-    loss, metrics = V.compute_policy_loss_tpo_group(c["tok"], x, adv, c["mask"].bool(),
-                                                    config=_ActorCfg(k, score, dp_size=1, global_batch_size=k))
+    loss, metrics = V.compute_policy_loss_tpo_group(
+        c["tok"], x, adv, c["mask"].bool(), config=_ActorCfg(k, score, dp_size=1, global_batch_size=k)
+    )
     loss.backward()
     assert loss.dtype == torch.float32 and x.grad.dtype == torch.float32
     got = _per_sequence(x.grad, c["mask"], score)
     assert _cosine(got, c["d"]) > 0.999
     assert metrics["actor/tpo_tv_old"] == pytest.approx(c["tv"], rel=1e-3)
     # Route A's weights K (q - p_old): the direction of -(p - q)
-    adv_a, _ = V.compute_tpo_advantage(c["rewards"], c["mask"], index=c["uid"], old_log_probs=c["tok"],
-                                       config={"tpo_sequence_logp": score})
+    adv_a, _ = V.compute_tpo_advantage(
+        c["rewards"], c["mask"], index=c["uid"], old_log_probs=c["tok"], config={"tpo_sequence_logp": score}
+    )
     w = (adv_a[:, 0] * (torch.tensor(c["lengths"]) if score == "mean" else 1)).double().numpy()
     assert _cosine(w, -c["d"]) > 0.999
     # the contrast: the same group maths in plain float32 (what the bridge did before) loses the direction
@@ -386,16 +447,24 @@ def _verl_batch(r, current, ref):
     attention = torch.zeros(n, prompt + t, dtype=torch.long)
     segments = []
     for i in range(n):
-        attention[i, prompt - p_len[i]:prompt] = 1
-        attention[i, prompt:prompt + r["lengths"][i]] = 1
+        attention[i, prompt - p_len[i] : prompt] = 1
+        attention[i, prompt : prompt + r["lengths"][i]] = 1
         # the model's output for row i: one log-prob per position of prompt+response; response token j is
         # predicted at position p_len - 1 + j (verl's no_padding_2_padding left-shifts by one)
         index = torch.arange(r["lengths"][i]) + int(p_len[i]) - 1
-        segments.append(torch.zeros(p_len[i] + r["lengths"][i]).index_put((index,), current[i, :r["lengths"][i]]))
-    data = TensorDict({"prompts": torch.ones(n, prompt, dtype=torch.long),
-                       "responses": torch.ones(n, t, dtype=torch.long), "attention_mask": attention,
-                       "response_mask": r["mask"].long(), "old_log_probs": r["old"], "advantages": r["adv"],
-                       "ref_log_prob": ref}, batch_size=[n])
+        segments.append(torch.zeros(p_len[i] + r["lengths"][i]).index_put((index,), current[i, : r["lengths"][i]]))
+    data = TensorDict(
+        {
+            "prompts": torch.ones(n, prompt, dtype=torch.long),
+            "responses": torch.ones(n, t, dtype=torch.long),
+            "attention_mask": attention,
+            "response_mask": r["mask"].long(),
+            "old_log_probs": r["old"],
+            "advantages": r["adv"],
+            "ref_log_prob": ref,
+        },
+        batch_size=[n],
+    )
     tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(r["mask"].sum()), global_batch_size=n)
     return {"log_probs": torch.cat(segments)}, data
 
@@ -428,11 +497,12 @@ def test_verl_kl_loss_applies_with_the_tpo_loss_mode():
     k3 = np.exp(log_r) - log_r - 1.0
     n_tok = m.sum()
     assert results[True][0] - results[False][0] == pytest.approx(1e-3 * (k3 * m).sum() / n_tok, abs=3e-7)  # f32 losses
-    d_k3 = 1e-3 * (1.0 - np.exp(log_r)) * m / n_tok                            # ∂k3/∂log π_θ = 1 - r
+    d_k3 = 1e-3 * (1.0 - np.exp(log_r)) * m / n_tok  # ∂k3/∂log π_θ = 1 - r
     np.testing.assert_allclose(results[True][1] - results[False][1], d_k3, rtol=1e-4, atol=2e-9)  # f32 grads
     # and without the KL, ppo_loss's loss is the TPO loss itself
-    ours, _ = V.compute_policy_loss_tpo_group(r["old"], now, r["adv"], r["mask"].bool(),
-                                              config=_ActorCfg(k, dp_size=1, global_batch_size=2 * k))
+    ours, _ = V.compute_policy_loss_tpo_group(
+        r["old"], now, r["adv"], r["mask"].bool(), config=_ActorCfg(k, dp_size=1, global_batch_size=2 * k)
+    )
     assert results[False][0] == pytest.approx(ours.item(), rel=1e-6)
 
 
@@ -444,16 +514,18 @@ def test_route_b_two_ranks_average_to_the_full_batch_gradient():
     adv, _ = V.compute_tpo_group_advantage(r["rewards"], r["mask"], index=r["uid"])
     n = 4 * K
     full = r["old"].clone().requires_grad_(True)
-    V.compute_policy_loss_tpo_group(r["old"], full, adv, r["mask"].bool(),
-                                    config=_ActorCfg(K, dp_size=1, global_batch_size=n))[0].backward()
+    V.compute_policy_loss_tpo_group(
+        r["old"], full, adv, r["mask"].bool(), config=_ActorCfg(K, dp_size=1, global_batch_size=n)
+    )[0].backward()
     grads = []
-    for rank in (0, 1):                                                       # each rank holds 2 whole groups
+    for rank in (0, 1):  # each rank holds 2 whole groups
         rows = slice(rank * n // 2, (rank + 1) * n // 2)
         x = r["old"][rows].clone().requires_grad_(True)
-        V.compute_policy_loss_tpo_group(r["old"][rows], x, adv[rows], r["mask"][rows].bool(),
-                                        config=_ActorCfg(K, dp_size=2, global_batch_size=n))[0].backward()
+        V.compute_policy_loss_tpo_group(
+            r["old"][rows], x, adv[rows], r["mask"][rows].bool(), config=_ActorCfg(K, dp_size=2, global_batch_size=n)
+        )[0].backward()
         grads.append(x.grad)
-    dp_mean = torch.cat(grads) / 2                                            # DDP/FSDP average over ranks
+    dp_mean = torch.cat(grads) / 2  # DDP/FSDP average over ranks
     torch.testing.assert_close(dp_mean, full.grad, rtol=0, atol=1e-7)
 
 
@@ -461,19 +533,18 @@ def test_route_b_guard_raises_on_a_row_shuffled_micro_batch():
     r = _rollout(seed=1, groups=4)
     r["rewards"][:, :] = 0.0
     lengths = r["mask"].sum(-1).long()
-    scores = np.tile([1.0, 0.0, 0.0, 0.0], 4)                                  # every group informative
+    scores = np.tile([1.0, 0.0, 0.0, 0.0], 4)  # every group informative
     r["rewards"][torch.arange(4 * K), lengths - 1] = torch.tensor(scores, dtype=torch.float32)
     adv, _ = V.compute_tpo_group_advantage(r["rewards"], r["mask"], index=r["uid"])
     perm = torch.tensor(np.random.default_rng(0).permutation(4 * K))
-    while all(len(set((perm[i * K:(i + 1) * K] // K).tolist())) == 1 for i in range(4)):
+    while all(len(set((perm[i * K : (i + 1) * K] // K).tolist())) == 1 for i in range(4)):
         perm = perm[torch.randperm(4 * K)]
     args = (r["old"][perm], r["old"][perm].clone().requires_grad_(True), adv[perm], r["mask"][perm].bool())
     with pytest.raises(ValueError, match="not whole groups"):
         V.compute_policy_loss_tpo_group(*args, config=_ActorCfg(K))
     # a micro-batch that is not a multiple of rollout_n, and a missing rollout_n
     with pytest.raises(ValueError, match="rollout_n"):
-        V.compute_policy_loss_tpo_group(r["old"][:6], r["old"][:6], adv[:6], r["mask"][:6].bool(),
-                                        config=_ActorCfg(K))
+        V.compute_policy_loss_tpo_group(r["old"][:6], r["old"][:6], adv[:6], r["mask"][:6].bool(), config=_ActorCfg(K))
     with pytest.raises(ValueError, match="rollout_n"):
         V.compute_policy_loss_tpo_group(r["old"], r["old"], adv, r["mask"].bool(), config=_ActorCfg(0))
 
@@ -484,16 +555,16 @@ def test_old_log_prob_passthrough_feeds_verl_compute_advantage():
     from verl.trainer.ppo.v1 import utils as v1_utils  # the default trainer (use_v1=true)
 
     assert getattr(ray_trainer.compute_advantage, "_tpo_passthrough", False), "plugin did not patch ray_trainer"
-    assert v1_utils.compute_advantage is ray_trainer.compute_advantage      # v1 binds the patched function
+    assert v1_utils.compute_advantage is ray_trainer.compute_advantage  # v1 binds the patched function
     r = _rollout(seed=2)
-    data = DataProto.from_dict(tensors={"token_level_rewards": r["rewards"], "response_mask": r["mask"],
-                                        "old_log_probs": r["old"]},
-                               non_tensors={"uid": r["uid"]})
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": r["rewards"], "response_mask": r["mask"], "old_log_probs": r["old"]},
+        non_tensors={"uid": r["uid"]},
+    )
     for score in SCORES:
         cfg = OmegaConf.create({"tpo_eta": 1.0, "tpo_sequence_logp": score})
         out = ray_trainer.compute_advantage(data, adv_estimator="tpo", num_repeat=K, config=cfg)
-        expect, _ = V.compute_tpo_advantage(r["rewards"], r["mask"], index=r["uid"], old_log_probs=r["old"],
-                                            config=cfg)
+        expect, _ = V.compute_tpo_advantage(r["rewards"], r["mask"], index=r["uid"], old_log_probs=r["old"], config=cfg)
         torch.testing.assert_close(out.batch["advantages"], expect)
     # another estimator goes to verl unchanged
     out = ray_trainer.compute_advantage(data, adv_estimator="grpo", num_repeat=K)
@@ -522,7 +593,8 @@ def test_gsm8k_config_composes_and_carries_the_papers_lora_and_kl():
     adv, _ = V.compute_tpo_group_advantage(r["rewards"], r["mask"], index=r["uid"], config=cfg.algorithm)
     actor.global_batch_info.update(dp_size=1, global_batch_size=k)
     loss, _ = core_algos.get_policy_loss_fn(actor.policy_loss.loss_mode)(
-        r["old"], r["old"], adv, r["mask"].bool(), actor.loss_agg_mode, actor)
+        r["old"], r["old"], adv, r["mask"].bool(), actor.loss_agg_mode, actor
+    )
     assert torch.isfinite(loss)
     # a bad score is refused when verl builds the actor config
     with pytest.raises(Exception, match="tpo_sequence_logp"):

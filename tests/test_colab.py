@@ -17,6 +17,7 @@ Three levels:
 Each check asserts that jax, jaxlib and torch are still Colab's afterwards and that no cell failed. Needs the
 package index; without it the tests skip (fail under CI=true).
 """
+
 from __future__ import annotations
 
 import ast
@@ -34,9 +35,9 @@ import pytest
 from book import sync
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CHAPTER = "01_policy_gradients"     # cheap (≈ 10 s of cells on a CPU) and the first page a reader opens
+CHAPTER = "01_policy_gradients"  # cheap (≈ 10 s of cells on a CPU) and the first page a reader opens
 NOTEBOOKS = [md.stem for md in sync.sources()]
-COLAB_JAX = "0.9.2"                 # any jax other than requirements.txt's, with a py3.11 CPU wheel
+COLAB_JAX = "0.9.2"  # any jax other than requirements.txt's, with a py3.11 CPU wheel
 # Colab preinstalls torch (chapter 10's install cell pins Colab's own torch as a constraint; the cheat sheet
 # imports it); 2.13.0 is the CPU build pip finds here. "" leaves it out (for a job that runs no such notebook).
 COLAB_TORCH = os.environ.get("TPO_COLAB_TORCH", "2.13.0")
@@ -123,7 +124,7 @@ DRIVER = textwrap.dedent('''
     print(json.dumps({"error": error, "seconds": time.perf_counter() - t0, "stdout": streams, "cells": cells}))
 ''')
 
-VERSIONS = textwrap.dedent('''
+VERSIONS = textwrap.dedent("""
     import importlib.metadata as m
     def version(p):
         try:
@@ -131,7 +132,7 @@ VERSIONS = textwrap.dedent('''
         except m.PackageNotFoundError:
             return "absent"
     print(*(version(p) for p in ("jax", "jaxlib", "torch")))
-''')
+""")
 
 
 class ColabEnv:
@@ -142,23 +143,52 @@ class ColabEnv:
         self.py = base / "colab-venv" / "bin" / "python"
         self.stub = base / "colab-stub"
         self.env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "TPO_BOOK_BUILD")}
-        self.env.update(PYTHONPATH=str(self.stub), TPO_QUICK="1",
-                        PATH=f"{self.py.parent}:{self.env.get('PATH', '')}",
-                        TPO_JAX_CACHE=str(base / "jax-cache"), PYTHONNOUSERSITE="1")
-        self.env.pop("XLA_FLAGS", None)       # the suite's fast-compile flags: not Colab's
+        self.env.update(
+            PYTHONPATH=str(self.stub),
+            TPO_QUICK="1",
+            PATH=f"{self.py.parent}:{self.env.get('PATH', '')}",
+            TPO_JAX_CACHE=str(base / "jax-cache"),
+            PYTHONNOUSERSITE="1",
+        )
+        self.env.pop("XLA_FLAGS", None)  # the suite's fast-compile flags: not Colab's
         self.seconds: dict[str, float] = {}
 
     def build(self):
-        probe = _run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(self.base / "probe"),
-                      f"jax=={COLAB_JAX}"], 300)
+        probe = _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "-q",
+                "-d",
+                str(self.base / "probe"),
+                f"jax=={COLAB_JAX}",
+            ],
+            300,
+        )
         if probe.returncode != 0:
             _offline(probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else "pip download failed")
-        made = _run([sys.executable, "-m", "venv", str(self.py.parent.parent)], 300)   # no system site-packages
+        made = _run([sys.executable, "-m", "venv", str(self.py.parent.parent)], 300)  # no system site-packages
         assert made.returncode == 0, made.stderr
         t0 = time.perf_counter()
-        torch = [f"torch=={COLAB_TORCH}"] if COLAB_TORCH else []     # TPO_COLAB_TORCH="": no torch (a quicker env)
-        pip = _run([str(self.py), "-m", "pip", "install", "-q", f"jax=={COLAB_JAX}", f"jaxlib=={COLAB_JAX}",
-                    *torch, *COLAB_EXTRA, *KERNEL_PACKAGES], 1800)
+        torch = [f"torch=={COLAB_TORCH}"] if COLAB_TORCH else []  # TPO_COLAB_TORCH="": no torch (a quicker env)
+        pip = _run(
+            [
+                str(self.py),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                f"jax=={COLAB_JAX}",
+                f"jaxlib=={COLAB_JAX}",
+                *torch,
+                *COLAB_EXTRA,
+                *KERNEL_PACKAGES,
+            ],
+            1800,
+        )
         if pip.returncode != 0 and ("Could not find" in pip.stderr or "connection" in pip.stderr.lower()):
             _offline(pip.stderr.strip().splitlines()[-1])
         assert pip.returncode == 0, pip.stderr[-3000:]
@@ -166,34 +196,51 @@ class ColabEnv:
         (self.stub / "google" / "colab").mkdir(parents=True)
         (self.stub / "google" / "__init__.py").write_text("")
         (self.stub / "google" / "colab" / "__init__.py").write_text(
-            '"""Stand-in for Colab\'s module (tests/test_colab.py)."""\n')
+            '"""Stand-in for Colab\'s module (tests/test_colab.py)."""\n'
+        )
         (self.stub / "google" / "colab" / "output.py").write_text(COLAB_OUTPUT)  # jax's debugger imports it on Colab
         self.preinstalled = self.versions()
-        out = _run([str(self.py), "-c", "import importlib.util as u; print(u.find_spec('myst_nb'), "
-                    "u.find_spec('tpo_core'), u.find_spec('google.colab') is not None)"], 120, env=self.env,
-                   cwd=self.base)                                        # the checkout's tpo_core/ is not on the path
-        self.fresh = out.stdout.split()                                  # before any install cell ran
+        out = _run(
+            [
+                str(self.py),
+                "-c",
+                "import importlib.util as u; print(u.find_spec('myst_nb'), "
+                "u.find_spec('tpo_core'), u.find_spec('google.colab') is not None)",
+            ],
+            120,
+            env=self.env,
+            cwd=self.base,
+        )  # the checkout's tpo_core/ is not on the path
+        self.fresh = out.stdout.split()  # before any install cell ran
         assert self.preinstalled[:2] == [COLAB_JAX, COLAB_JAX], self.preinstalled
         return self
 
     def versions(self) -> list[str]:
-        out = _run([str(self.py), "-c", VERSIONS], 120, env=self.env, cwd=self.base)   # not the checkout's cwd
+        out = _run([str(self.py), "-c", VERSIONS], 120, env=self.env, cwd=self.base)  # not the checkout's cwd
         assert out.returncode == 0, out.stderr[-2000:]
         return out.stdout.split()
 
     def execute(self, name: str, nb: dict, keep_going: bool = False) -> dict:
-        work = self.base / "content" / name      # Colab's working folder; nothing of the checkout in it
+        work = self.base / "content" / name  # Colab's working folder; nothing of the checkout in it
         work.mkdir(parents=True)
         (work / "notebook.ipynb").write_text(json.dumps(nb))
         (work / "driver.py").write_text(DRIVER)
-        run = _run([str(self.py), "driver.py", "notebook.ipynb", *(["--keep-going"] if keep_going else [])], 3600,
-                   cwd=work, env=self.env)
+        run = _run(
+            [str(self.py), "driver.py", "notebook.ipynb", *(["--keep-going"] if keep_going else [])],
+            3600,
+            cwd=work,
+            env=self.env,
+        )
         assert run.returncode == 0, run.stderr[-3000:]
         report = json.loads(run.stdout.strip().splitlines()[-1])
         if keep_going:
             return report
-        assert report["error"] is None, f"{name}: " + ANSI.sub("", report["error"] + "\n--- output of the first cells:\n"
-                                                                + "\n".join(report["stdout"][:6]))[-6000:]
+        assert report["error"] is None, (
+            f"{name}: "
+            + ANSI.sub("", report["error"] + "\n--- output of the first cells:\n" + "\n".join(report["stdout"][:6]))[
+                -6000:
+            ]
+        )
         assert any(f"colab-sim: jax {COLAB_JAX} kept" in s for s in report["stdout"]), report["stdout"][:3]
         after = self.versions()
         assert after == self.preinstalled, f"{name}: jax, jaxlib, torch were {self.preinstalled}, now {after}"
@@ -201,8 +248,13 @@ class ColabEnv:
 
 
 def _cell(src: str, tag: str = "") -> dict:
-    return {"cell_type": "code", "metadata": {"colab_sim": tag} if tag else {}, "source": src, "outputs": [],
-            "execution_count": None}
+    return {
+        "cell_type": "code",
+        "metadata": {"colab_sim": tag} if tag else {},
+        "source": src,
+        "outputs": [],
+        "execution_count": None,
+    }
 
 
 def _python(source: str) -> str:
@@ -215,8 +267,11 @@ def import_statements(source: str) -> list[str]:
     text = _python(source)
     tree = ast.parse(text)
     imports = (ast.Import, ast.ImportFrom)
-    keep = [n for n in tree.body if isinstance(n, imports)
-            or (isinstance(n, ast.Try) and all(isinstance(s, imports) for s in n.body))]
+    keep = [
+        n
+        for n in tree.body
+        if isinstance(n, imports) or (isinstance(n, ast.Try) and all(isinstance(s, imports) for s in n.body))
+    ]
     return [ast.get_source_segment(text, n) for n in keep]
 
 
@@ -243,12 +298,17 @@ def notebook_parts(stem: str, repository: str | None) -> dict:
     published = re.findall(r'^\s*REPOSITORY\s*=\s*"([^"]*)"', install, re.M)
     assert published == [sync.repository()], f"{stem}.ipynb: REPOSITORY {published} is not _config.yml's"
     if repository is not None:
-        install = re.sub(r'^(\s*REPOSITORY\s*=\s*)"[^"]*"', lambda m: f'{m.group(1)}"{repository}"', install,
-                         flags=re.M)
+        install = re.sub(
+            r'^(\s*REPOSITORY\s*=\s*)"[^"]*"', lambda m: f'{m.group(1)}"{repository}"', install, flags=re.M
+        )
     code[0]["source"] = install
     later = [s for c in code[2:] for s in import_statements("".join(c["source"]))]
-    return {"nb": nb, "install": install, "setup": "".join(code[1]["source"]),
-            "imports": "\n".join(dict.fromkeys(later)) or "pass"}
+    return {
+        "nb": nb,
+        "install": install,
+        "setup": "".join(code[1]["source"]),
+        "imports": "\n".join(dict.fromkeys(later)) or "pass",
+    }
 
 
 def colab_notebook(stem: str, repository: str | None, part: str = "all") -> dict:
@@ -286,7 +346,7 @@ def _local_repository() -> str:
     out = _run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], 30)
     if out.returncode != 0:
         pytest.skip("not a git checkout: the install cell installs from a git URL")
-    return f"file://localhost{ROOT}@{out.stdout.strip()}"   # PEP 508 wants a host in the URL (pip <24: file:///)
+    return f"file://localhost{ROOT}@{out.stdout.strip()}"  # PEP 508 wants a host in the URL (pip <24: file:///)
 
 
 @pytest.fixture(scope="session")
@@ -315,8 +375,10 @@ def setup_report(colab):
     stems = SETUP_ORDER if ALL else [s for s in SETUP_ORDER if s not in LLM_STACK]
     report = colab.execute("setup-all", setup_notebook(stems, colab.commit), keep_going=True)
     assert report["error"] is None, report["error"]
-    print(f"\ncolab-sim: install, setup and imports of {len(stems)} notebooks in one kernel: "
-          f"{report['seconds']:.0f} s (test {time.perf_counter() - t0:.0f} s)")
+    print(
+        f"\ncolab-sim: install, setup and imports of {len(stems)} notebooks in one kernel: "
+        f"{report['seconds']:.0f} s (test {time.perf_counter() - t0:.0f} s)"
+    )
     after = colab.versions()
     assert after == colab.preinstalled, f"jax, jaxlib, torch were {colab.preinstalled}, now {after}"
     return report
@@ -342,9 +404,17 @@ KNOWN_COLAB_FAILURES: dict[str, str] = {}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stem", [pytest.param(s, marks=pytest.mark.xfail(
-    ALL, reason=KNOWN_COLAB_FAILURES[s], raises=AssertionError, strict=True)) if s in KNOWN_COLAB_FAILURES else s
-    for s in [CHAPTER] + [s for s in NOTEBOOKS if s != CHAPTER]])
+@pytest.mark.parametrize(
+    "stem",
+    [
+        pytest.param(
+            s, marks=pytest.mark.xfail(ALL, reason=KNOWN_COLAB_FAILURES[s], raises=AssertionError, strict=True)
+        )
+        if s in KNOWN_COLAB_FAILURES
+        else s
+        for s in [CHAPTER] + [s for s in NOTEBOOKS if s != CHAPTER]
+    ],
+)
 def test_notebook_runs_in_a_simulated_colab_and_keeps_its_jax(colab, stem):
     if stem != CHAPTER and not ALL:
         pytest.skip("every notebook end to end: `make test-colab` (TPO_COLAB_ALL=1); `make test` runs chapter 01")
@@ -353,8 +423,10 @@ def test_notebook_runs_in_a_simulated_colab_and_keeps_its_jax(colab, stem):
     print(f"colab-sim {stem}: cells {report['seconds']:.0f} s, test {time.perf_counter() - t0:.0f} s")
 
 
-@pytest.mark.skipif(not PUBLISHED, reason="installs from the published repository: TPO_COLAB_PUBLISHED=1 "
-                                          "(the colab-install GitHub workflow)")
+@pytest.mark.skipif(
+    not PUBLISHED,
+    reason="installs from the published repository: TPO_COLAB_PUBLISHED=1 (the colab-install GitHub workflow)",
+)
 def test_the_install_cell_installs_from_the_published_repository(colab):
     report = colab.execute("published", colab_notebook(CHAPTER, None, "install"))
     print(f"colab-sim: {CHAPTER}'s install cell from {sync.repository()}: {report['seconds']:.0f} s")
@@ -371,18 +443,33 @@ def test_the_driver_is_valid_python():
 
 
 def test_import_statements_are_what_the_setup_check_runs():
-    cell = ('import sys\n!pip -q install x\nfrom a import b\nx = 1\ntry:\n    from myst_nb import glue\n'
-            'except ImportError:\n    glue = None\nif x:\n    import never\ndef f():\n    import inner\n')
-    assert import_statements(cell) == ["import sys", "from a import b",
-                                       "try:\n    from myst_nb import glue\nexcept ImportError:\n    glue = None"]
+    cell = (
+        "import sys\n!pip -q install x\nfrom a import b\nx = 1\ntry:\n    from myst_nb import glue\n"
+        "except ImportError:\n    glue = None\nif x:\n    import never\ndef f():\n    import inner\n"
+    )
+    assert import_statements(cell) == [
+        "import sys",
+        "from a import b",
+        "try:\n    from myst_nb import glue\nexcept ImportError:\n    glue = None",
+    ]
     nb = setup_notebook([CHAPTER, "02_deriving_tpo", "10_llm_trainer"], "file://localhost/x@abc")
     tags = [c["metadata"].get("colab_sim") for c in nb["cells"]]
-    assert tags == [None, f"{CHAPTER}/install", f"{CHAPTER}/check", f"{CHAPTER}/setup", f"{CHAPTER}/imports",
-                    "02_deriving_tpo/setup", "02_deriving_tpo/imports",            # the same install cell: once
-                    "10_llm_trainer/install", "10_llm_trainer/check", "10_llm_trainer/setup", "10_llm_trainer/imports"]
+    assert tags == [
+        None,
+        f"{CHAPTER}/install",
+        f"{CHAPTER}/check",
+        f"{CHAPTER}/setup",
+        f"{CHAPTER}/imports",
+        "02_deriving_tpo/setup",
+        "02_deriving_tpo/imports",  # the same install cell: once
+        "10_llm_trainer/install",
+        "10_llm_trainer/check",
+        "10_llm_trainer/setup",
+        "10_llm_trainer/imports",
+    ]
     sources = ["".join(c["source"]) for c in nb["cells"]]
     assert sources[0].startswith("import google.colab") and 'REPOSITORY = "file://localhost/x@abc"' in sources[1]
-    assert "find_spec(\"myst_nb\") is None" in sources[2] and "notebook.setup()" in sources[3]
+    assert 'find_spec("myst_nb") is None' in sources[2] and "notebook.setup()" in sources[3]
     assert "import plotly.graph_objects as go" in sources[4] and '"trl==' in sources[7]
     assert SETUP_ORDER[-2:] == ["10_llm_trainer", "11_rlvr_real_lm"] and len(SETUP_ORDER) == len(NOTEBOOKS)
 

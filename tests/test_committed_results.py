@@ -1,4 +1,5 @@
 """tpo_core.lab.reproduce.committed: reading committed reproduction runs back (the book's experiment chapters)."""
+
 import json
 import pathlib
 
@@ -12,10 +13,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _write(path, curves, seeds, seconds=1.0, config=None, engine=2):
-    atomic_io.write_npz(path, config_hash=np.array("h"),
-                        info=np.array(json.dumps({"seconds": seconds, "engine": engine})),
-                        config=np.array(json.dumps(config or {"H": 3})), seeds=np.array(seeds),
-                        **{f"curve_{k}": v for k, v in curves.items()})
+    atomic_io.write_npz(
+        path,
+        config_hash=np.array("h"),
+        info=np.array(json.dumps({"seconds": seconds, "engine": engine})),
+        config=np.array(json.dumps(config or {"H": 3})),
+        seeds=np.array(seeds),
+        **{f"curve_{k}": v for k, v in curves.items()},
+    )
 
 
 def test_per_seed_files_are_concatenated_in_numeric_seed_order(tmp_path):
@@ -41,8 +46,9 @@ def test_a_seed_file_of_another_configuration_is_refused(tmp_path, other):
 
 def test_whole_run_files_and_missing_folders(tmp_path):
     folder = tmp_path / "p"
-    _write(folder / "grpo.npz", {"error": np.arange(6.0).reshape(2, 3), "loss": np.zeros((2, 3))}, [0, 1],
-           config={"K": 8})
+    _write(
+        folder / "grpo.npz", {"error": np.arange(6.0).reshape(2, 3), "loss": np.zeros((2, 3))}, [0, 1], config={"K": 8}
+    )
     (folder / "empty.seeds").mkdir()
     runs = committed.load_runs(folder)
     assert set(runs) == {"grpo"}
@@ -76,11 +82,18 @@ def test_the_committed_mnist_runs_match_their_summary():
 
 def test_duration_text_and_the_t4_estimate_state_their_basis():
     from tpo_core.lab import notebook
-    assert [notebook.duration_text(s) for s in (0, 89, 90, 5399, 5400, 36_000)] == \
-        ["0 s", "89 s", "2 min", "90 min", "1.5 h", "10.0 h"]
+
+    assert [notebook.duration_text(s) for s in (0, 89, 90, 5399, 5400, 36_000)] == [
+        "0 s",
+        "89 s",
+        "2 min",
+        "90 min",
+        "1.5 h",
+        "10.0 h",
+    ]
     with pytest.raises(ValueError, match="seconds"):
         notebook.duration_text(-1)
-    text = notebook.t4_estimate(3600 * notebook.T4_SPEEDUP_ASSUMED)     # one T4-hour of CPU work
+    text = notebook.t4_estimate(3600 * notebook.T4_SPEEDUP_ASSUMED)  # one T4-hour of CPU work
     assert text.startswith("≈ 60 min on a Colab T4") and "estimate" in text and "not measured" in text
     assert f"{notebook.T4_SPEEDUP_ASSUMED:g}×" in text
 
@@ -88,12 +101,13 @@ def test_duration_text_and_the_t4_estimate_state_their_basis():
 def test_live_budgets_pick_by_mode_and_scale_by_the_work_ratio(monkeypatch):
     from tpo_core.lab import notebook
 
-    monkeypatch.delenv("TPO_QUICK", raising=False)                 # quick: the default
+    monkeypatch.delenv("TPO_QUICK", raising=False)  # quick: the default
     assert notebook.live_budget("05") == dict(H=6, B=64, episodes=100, seeds=2)
     monkeypatch.setenv("TPO_QUICK", "0")
     assert notebook.live_budget("05") == dict(H=10, B=100, episodes=1000, seeds=20)
     assert notebook.budget_work("05", "full") / notebook.budget_work("05", "quick") == pytest.approx(
-        (10 * 100 * 1000 * 20) / (6 * 64 * 100 * 2))
+        (10 * 100 * 1000 * 20) / (6 * 64 * 100 * 2)
+    )
     assert notebook.budget_work("04", "quick") == 3000 * 2
     with pytest.raises(ValueError, match="chapter"):
         notebook.live_budget("99")
@@ -129,8 +143,10 @@ def test_every_committed_summary_has_its_experiment_its_report_and_all_its_seeds
             assert row["config_hash"] == run.config_hash(), row["key"]
             if run.seed_batch:
                 for seed in row["seeds"]:
-                    assert runner.load_run_file(runner.seed_file(folder, run, seed), run.seed_hash(seed)) is not None, \
-                        (row["key"], seed)
+                    assert runner.load_run_file(runner.seed_file(folder, run, seed), run.seed_hash(seed)) is not None, (
+                        row["key"],
+                        seed,
+                    )
             else:
                 curves, _ = runner.load_run_file(folder / run.filename, run.config_hash())
                 assert curves[run.primary].shape == (len(row["seeds"]), row["length"]), row["key"]

@@ -1,6 +1,7 @@
 """The demo in a real browser (system Chromium via Playwright): move the η slider and see q change; train at
 the defaults for about a minute (screenshot), stop the run and see a "stopped" status with no error badge; then
 run a tiny token-task job and see its plots update. Screenshots go to _build/screenshots/demo/."""
+
 import re
 import time
 
@@ -57,11 +58,13 @@ def test_slider_and_live_training(server, page, screenshots_dir):
     slider.focus()
     for _ in range(15):
         slider.press("ArrowLeft")
-    page.wait_for_function("() => document.querySelector('#explorer-summary').innerText.includes('η = 0.25')",
-                           timeout=30_000)
+    page.wait_for_function(
+        "() => document.querySelector('#explorer-summary').innerText.includes('η = 0.25')", timeout=30_000
+    )
     page.wait_for_function(
         "() => document.querySelector('#explorer-bars .js-plotly-plot').layout.title.text.includes('η = 0.25')",
-        timeout=30_000)
+        timeout=30_000,
+    )
     q_after = _q_bar_heights(page, "#explorer-bars")
     assert q_after[0] > q_before[0] + 0.1  # a smaller η concentrates q on the one success
     page.screenshot(path=str(out / "explorer.png"), full_page=True)
@@ -70,8 +73,9 @@ def test_slider_and_live_training(server, page, screenshots_dir):
     box = page.locator("#explorer-scores textarea, #explorer-scores input").first
     box.fill("1, 0, oops")
     box.press("Enter")
-    page.wait_for_function("() => document.querySelector('#explorer-message').innerText.includes('not a number')",
-                           timeout=30_000)
+    page.wait_for_function(
+        "() => document.querySelector('#explorer-message').innerText.includes('not a number')", timeout=30_000
+    )
 
     # live training at the defaults (the MNIST bandit, TPO and GRPO): what the page says it shows
     page.get_by_role("tab", name="Live training").click()
@@ -79,11 +83,13 @@ def test_slider_and_live_training(server, page, screenshots_dir):
     assert "MNIST" in explain and "‖Δθ‖" in explain
     assert not page.locator("#train-pq").is_visible()  # the tracked-group plot belongs to the token task
     page.locator("#train-start").click()
-    page.wait_for_function("() => /\\d+ \\/ 3000 steps/.test(document.querySelector('#train-status').innerText)",
-                           timeout=120_000)
+    page.wait_for_function(
+        "() => /\\d+ \\/ 3000 steps/.test(document.querySelector('#train-status').innerText)", timeout=120_000
+    )
     t0 = time.time()
-    page.wait_for_function("() => /[1-9]\\d* \\/ 3000 steps/.test(document.querySelector('#train-status').innerText)",
-                           timeout=300_000)  # the first points (after compiling, if the server is cold)
+    page.wait_for_function(
+        "() => /[1-9]\\d* \\/ 3000 steps/.test(document.querySelector('#train-status').innerText)", timeout=300_000
+    )  # the first points (after compiling, if the server is cold)
     time.sleep(max(0.0, DEFAULT_RUN_S - (time.time() - t0)))
     page.screenshot(path=str(out / "demo_defaults.png"), full_page=True)
     names = page.evaluate("""() => document.querySelector('#train-grad .js-plotly-plot')._fullData
@@ -98,13 +104,15 @@ def test_slider_and_live_training(server, page, screenshots_dir):
         page.locator("#train-start").click()
         page.wait_for_function(
             "() => /[1-9]\\d* \\/ 10,?000 steps/.test(document.querySelector('#train-status').innerText)",
-            timeout=300_000)
+            timeout=300_000,
+        )
     page.locator("#train-stop").click()
     # Stop says "stopping" at once; the run's own last update says "stopped" when its current chunk has ended
     # (a chunk is one compiled call: on a busy CPU that can take seconds)
     try:
-        page.wait_for_function("() => document.querySelector('#train-status').innerText.includes('stopped')",
-                               timeout=120_000)
+        page.wait_for_function(
+            "() => document.querySelector('#train-status').innerText.includes('stopped')", timeout=120_000
+        )
     except Exception as e:
         page.screenshot(path=str(out / "stop_timeout.png"), full_page=True)
         raise AssertionError(f"no 'stopped' status; status: {page.locator('#train-status').inner_text()!r}") from e
@@ -130,18 +138,22 @@ def test_slider_and_live_training(server, page, screenshots_dir):
     episodes.press("Tab")
     page.get_by_label("GRPO (grpo)", exact=True).uncheck()
     page.locator("#train-start").click()
-    page.wait_for_function("() => /[1-9]\\d* \\/ 2000 episodes/.test(document.querySelector('#train-status').innerText)",
-                           timeout=300_000)
+    page.wait_for_function(
+        "() => /[1-9]\\d* \\/ 2000 episodes/.test(document.querySelector('#train-status').innerText)", timeout=300_000
+    )
     episodes.fill("4")
     episodes.press("Tab")
     page.evaluate("""() => { document.querySelector('#train-stop').click();
                              document.querySelector('#train-start').click(); }""")
     try:
         page.wait_for_function(
-            "() => /4 \\/ 4 episodes/.test(document.querySelector('#train-status').innerText)", timeout=300_000)
+            "() => /4 \\/ 4 episodes/.test(document.querySelector('#train-status').innerText)", timeout=300_000
+        )
     except Exception as e:
         page.screenshot(path=str(out / "token_run_timeout.png"), full_page=True)
-        raise AssertionError(f"the token run did not finish; status: {page.locator('#train-status').inner_text()!r}") from e
+        raise AssertionError(
+            f"the token run did not finish; status: {page.locator('#train-status').inner_text()!r}"
+        ) from e
     status = page.locator("#train-status").inner_text()
     assert "done" in status and re.search(r"TPO \d+\.\d %", status)
     page.wait_for_selector("#train-pq .js-plotly-plot", timeout=10_000)

@@ -14,14 +14,26 @@ from demos import explorer as X
 from demos import training as T
 
 # one tiny training configuration shared by the demo tests (one compiled chunk shape: episodes <= CHUNK)
-TINY = dict(task="token reversal", methods=["tpo"], reward="terminal", H=3, B=8, K=4, eta=1.0, episodes=4,
-            n_seeds=1, seed=0, bandit_steps=1000)
+TINY = dict(
+    task="token reversal",
+    methods=["tpo"],
+    reward="terminal",
+    H=3,
+    B=8,
+    K=4,
+    eta=1.0,
+    episodes=4,
+    n_seeds=1,
+    seed=0,
+    bandit_steps=1000,
+)
 
 
 def _train_args(**changes):
     d = {**TINY, **changes}
-    return [d[k] for k in ("task", "methods", "reward", "H", "B", "K", "eta", "episodes", "n_seeds", "seed",
-                           "bandit_steps")]
+    return [
+        d[k] for k in ("task", "methods", "reward", "H", "B", "K", "eta", "episodes", "n_seeds", "seed", "bandit_steps")
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -93,7 +105,7 @@ def test_explore_callback_outputs_figures_with_the_plotted_q():
     s_txt, l_txt, message, summary, bars, contrast = out
     assert message == "" and s_txt == "1, 0, 0, 0, 0, 0, 0, 0.5"
     q_trace = [t for t in bars.data if t.name == "q"][0]
-    q_ref = np.asarray(tpo_core.tpo_target(jnp.arange(-1.0, -9.0, -1.0), jnp.asarray([1, 0, 0, 0, 0, 0, 0, .5]), 0.5))
+    q_ref = np.asarray(tpo_core.tpo_target(jnp.arange(-1.0, -9.0, -1.0), jnp.asarray([1, 0, 0, 0, 0, 0, 0, 0.5]), 0.5))
     np.testing.assert_allclose(np.asarray(q_trace.y), q_ref, atol=1e-6)
     assert "q beats every perturbed alternative" in summary
     assert len(contrast.data) == 2
@@ -238,9 +250,9 @@ def test_log_axis_keeps_exact_zero_gradients_visible():
     runs = {"tpo": np.array([[1.0, 1e-3, 0.0, 0.0]]), "grpo": np.array([[1.0, 0.9, 1.1, 1.0]])}
     fig = figures.curves_figure(runs, log_y=True, percent=False)
     tpo_line = next(t for t in fig.data if t.name == "tpo")
-    assert np.all(np.asarray(tpo_line.y) > 0)                      # nothing vanishes from the log plot
-    assert np.asarray(tpo_line.y)[2] < 1e-3                         # ... and zero is drawn below every real value
-    assert list(tpo_line.customdata) == [1.0, 1e-3, 0.0, 0.0]       # the hover shows the true values
+    assert np.all(np.asarray(tpo_line.y) > 0)  # nothing vanishes from the log plot
+    assert np.asarray(tpo_line.y)[2] < 1e-3  # ... and zero is drawn below every real value
+    assert list(tpo_line.customdata) == [1.0, 1e-3, 0.0, 0.0]  # the hover shows the true values
     assert "exact 0" in fig.layout.annotations[0].text
     linear = figures.curves_figure(runs, log_y=False, percent=False)
     assert list(next(t for t in linear.data if t.name == "tpo").y) == [1.0, 1e-3, 0.0, 0.0]
@@ -250,9 +262,15 @@ def test_gradient_plot_shows_the_step_beside_the_gradient():
     """Muon/AdamW normalise the gradient: the plot pairs ‖∇L‖ with ‖Δθ‖, same colour per method, step dashed."""
     from demos import training as T
 
-    hist = {"task": "token reversal", "unit": "episode", "done": 3, "metrics": {
-        "tpo": {"grad_norm": np.array([[0.5, 0.0, 1e-7]]), "step_norm": np.array([[0.3, 0.25, 0.24]])},
-        "grpo": {"grad_norm": np.array([[1e-9, 1e-9, 0.4]]), "step_norm": np.array([[0.2, 0.2, 0.3]])}}}
+    hist = {
+        "task": "token reversal",
+        "unit": "episode",
+        "done": 3,
+        "metrics": {
+            "tpo": {"grad_norm": np.array([[0.5, 0.0, 1e-7]]), "step_norm": np.array([[0.3, 0.25, 0.24]])},
+            "grpo": {"grad_norm": np.array([[1e-9, 1e-9, 0.4]]), "step_norm": np.array([[0.2, 0.2, 0.3]])},
+        },
+    }
     fig = T.grad_figure(hist)
     lines = {t.name: t for t in fig.data if t.name}
     assert set(lines) == {"TPO ‖∇L‖", "TPO ‖Δθ‖", "GRPO ‖∇L‖", "GRPO ‖Δθ‖"}
@@ -280,7 +298,7 @@ def test_changing_eta_lr_or_seed_reuses_the_compiled_programs():
     """η and the seed are traced (so is lr): a new value at a compiled shape runs without a compile."""
     *_, first = app.train_stream(*_train_args(eta=1.0, seed=0))
     req = T.validate(**{**TINY, "eta": 0.37, "seed": 5})
-    (_, cfg), = req.configs
+    ((_, cfg),) = req.configs
     program = T.program_for(cfg)
     sizes = program.chunk._cache_size()
     assert sizes >= 1 and all(T.is_warm(cfg, 1, n) for n in set(T.schedule(TINY["episodes"], T.CHUNK)))
@@ -299,9 +317,12 @@ def test_tracked_group_plot_stacks_methods_with_separate_titles():
 
     def metrics():
         p = rng.dirichlet(np.ones(K), size=(1, 3, 2, E))
-        return {"track_p": p, "track_q": rng.dirichlet(np.ones(K), size=(1, 3, 2)),
-                "track_scores": rng.integers(0, 2, (1, 3, 2, K)).astype(float),
-                "track_informative": np.ones((1, 3, 2), bool)}
+        return {
+            "track_p": p,
+            "track_q": rng.dirichlet(np.ones(K), size=(1, 3, 2)),
+            "track_scores": rng.integers(0, 2, (1, 3, 2, K)).astype(float),
+            "track_informative": np.ones((1, 3, 2), bool),
+        }
 
     hist = {"done": 3, "metrics": {"tpo": metrics(), "grpo": metrics()}, "epochs": {"tpo": E, "grpo": E}}
     fig = T.pq_figure(hist, 1)
@@ -331,18 +352,23 @@ def test_default_run_shows_what_the_page_says(shared_mnist):
     m = hist["metrics"]
     for name in ("tpo", "grpo"):
         err = m[name]["test_error"][0]
-        assert err[-1] < 0.6 * err[0] and err[-1] < 0.15, f"{name} did not learn: test error {err[0]:.3f} → {err[-1]:.3f}"
+        assert err[-1] < 0.6 * err[0] and err[-1] < 0.15, (
+            f"{name} did not learn: test error {err[0]:.3f} → {err[-1]:.3f}"
+        )
     g_tpo, g_grpo = m["tpo"]["grad_norm"][0], m["grpo"]["grad_norm"][0]
     n = len(g_tpo)
     assert n == d["bandit_steps"] // T.BANDIT_EVAL_EVERY
     assert int(np.argmax(g_tpo)) < n // 3, f"TPO's ‖∇L‖ peaks late: block {int(np.argmax(g_tpo))} of {n}"
     assert g_tpo[-1] < 0.6 * g_tpo.max(), f"TPO's ‖∇L‖ did not fall: max {g_tpo.max():.3f}, last {g_tpo[-1]:.3f}"
-    assert g_grpo[-1] > 0.8 * g_grpo.max() and g_grpo[-1] > 1.5 * g_grpo[0], \
+    assert g_grpo[-1] > 0.8 * g_grpo.max() and g_grpo[-1] > 1.5 * g_grpo[0], (
         f"GRPO's ‖∇L‖ did not climb and stay: first {g_grpo[0]:.3f}, max {g_grpo.max():.3f}, last {g_grpo[-1]:.3f}"
+    )
     assert g_grpo[-1] > 3 * g_tpo[-1], f"GRPO's ‖∇L‖ is not several times TPO's: {g_grpo[-1]:.3f} vs {g_tpo[-1]:.3f}"
     s_tpo, s_grpo = m["tpo"]["step_norm"][0], m["grpo"]["step_norm"][0]
     ratio = s_grpo / s_tpo
-    assert np.all((ratio > 0.5) & (ratio < 2.0)), f"the steps differ by more than 2×: ratios {ratio.min():.2f}–{ratio.max():.2f}"
+    assert np.all((ratio > 0.5) & (ratio < 2.0)), (
+        f"the steps differ by more than 2×: ratios {ratio.min():.2f}–{ratio.max():.2f}"
+    )
     assert {t.name for t in grad_fig.data if t.name} == {"TPO ‖∇L‖", "TPO ‖Δθ‖", "GRPO ‖∇L‖", "GRPO ‖Δθ‖"}
 
 
@@ -364,15 +390,15 @@ def test_stop_ends_the_running_generator_at_its_next_chunk_with_a_stopped_status
 
     gen = app.train_stream(*_train_args(episodes=40), request=Request())
     first = next(gen)
-    assert app.request_stop("session-b") is False            # another session has nothing running
+    assert app.request_stop("session-b") is False  # another session has nothing running
     status, run_id = app.stop_run(first[5], request=Request())
     assert status.startswith("**stopping** after the current chunk"), status  # not "stopped": the chunk still runs
-    rest = list(gen)                                         # one more update, then the generator ends
+    rest = list(gen)  # one more update, then the generator ends
     assert len(rest) == 1 and rest[0][0].startswith("**stopped** at"), [r[0] for r in rest]
     assert rest[0][5]["done"] < rest[0][5]["total"]
     # Stop's follow-up event writes the status the run ended with, so "stopping" cannot be the last word
     assert asyncio.run(app.await_stopped(run_id, Request())) == rest[0][0]
-    assert app.request_stop("session-a") is False            # nothing left running in that session
+    assert app.request_stop("session-a") is False  # nothing left running in that session
     assert app.stop_run(rest[0][5], request=Request()) == (gr.update(), None)  # nothing running: status kept
     assert asyncio.run(app.await_stopped(None)) == gr.update()
     *_, last = app.train_stream(*_train_args(), request=Request())  # the next run is not stopped by the old request
@@ -394,7 +420,7 @@ def test_stop_just_as_the_run_finishes_ends_on_the_runs_own_status():
             break
     status, run_id = app.stop_run(outs[-1][5], request=Request())  # flagged after the last check
     assert status.startswith("**stopping**") and run_id is not None
-    assert list(gen) == []                                   # the generator ends without another update
+    assert list(gen) == []  # the generator ends without another update
     assert asyncio.run(app.await_stopped(run_id, Request())) == outs[-1][0] and "done" in outs[-1][0]
 
 
@@ -412,7 +438,7 @@ def test_stop_follow_up_waits_for_the_run_and_yields_to_a_newer_one():
         _, run_id = app.stop_run(first[5], request=Request())
         waiting = asyncio.ensure_future(app.await_stopped(run_id, Request()))
         await asyncio.sleep(0.3)
-        assert not waiting.done()                            # the run has not reached its next chunk's check
+        assert not waiting.done()  # the run has not reached its next chunk's check
         rest = await asyncio.to_thread(list, gen)
         assert await asyncio.wait_for(waiting, 10) == rest[-1][0]
         # Stop, then a newer run in the same session before the follow-up looks: the follow-up keeps quiet

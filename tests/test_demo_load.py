@@ -1,5 +1,6 @@
 """benchmarks/demo_load.py: the demo under concurrent training sessions (a reduced run) and its committed results
 (their rendering: tests/test_benchmarks_report.py)."""
+
 import collections
 import json
 import pathlib
@@ -17,8 +18,12 @@ def _pq_payload(names, p_old, q):
     """A gr.Plot value as the API returns it, holding the tracked-group bars the demo draws."""
     import plotly.graph_objects as go
 
-    fig = go.Figure([go.Bar(x=names, y=np.asarray(p_old, np.float32), name="p_old (epoch 1)"),
-                     go.Bar(x=names, y=np.asarray(q, np.float32), name="q (TPO target)")])
+    fig = go.Figure(
+        [
+            go.Bar(x=names, y=np.asarray(p_old, np.float32), name="p_old (epoch 1)"),
+            go.Bar(x=names, y=np.asarray(q, np.float32), name="q (TPO target)"),
+        ]
+    )
     return {"type": "plotly", "plot": fig.to_json()}
 
 
@@ -40,8 +45,13 @@ def test_closed_form_q_check_agrees_with_the_engine_and_tells_eta_apart():
 
 
 def test_bad_arguments_exit_2_with_one_line(capsys):
-    for argv in (["--sessions", "0"], ["--trainings", "x"], ["--threshold-mb", "-1"], ["--bogus"],
-                 ["--trainings", "5", "--sample-every", "10"]):
+    for argv in (
+        ["--sessions", "0"],
+        ["--trainings", "x"],
+        ["--threshold-mb", "-1"],
+        ["--bogus"],
+        ["--trainings", "5", "--sample-every", "10"],
+    ):
         assert DL.main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("demo_load: error:"), err
@@ -51,8 +61,9 @@ def test_bad_arguments_exit_2_with_one_line(capsys):
 def test_reduced_load_run_has_no_errors_no_cross_talk_a_bounded_queue_and_no_memory_growth():
     from demos import app
 
-    args = DL.parse_args(["--sessions", "6", "--trainings", "12", "--sample-every", "6", "--episodes", "4",
-                          "--no-warm"])
+    args = DL.parse_args(
+        ["--sessions", "6", "--trainings", "12", "--sample-every", "6", "--episodes", "4", "--no-warm"]
+    )
     r = DL.run(args, log=lambda *a: None)
     sessions, trainings = r["per_session"], r["per_training"]
     assert len(sessions) == 6 and len(trainings) == 12

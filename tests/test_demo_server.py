@@ -1,4 +1,5 @@
 """The running server: `python -m demos.app --port <free>` as a subprocess, driven through gradio_client."""
+
 import base64
 import json
 import urllib.request

@@ -1,4 +1,5 @@
 """The exercise checkers accept a correct function written here from the formulas and reject typical bugs."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,7 +35,7 @@ def jnp_u(scores):
 
 
 def jnp_tpo_loss(logp, logp_old, scores, eta):
-    q = jax.nn.softmax(logp_old + jnp_u(scores) / eta)          # no gradient: depends on logp_old only
+    q = jax.nn.softmax(logp_old + jnp_u(scores) / eta)  # no gradient: depends on logp_old only
     return -(q * jax.nn.log_softmax(logp)).sum(-1).mean()
 
 
@@ -61,7 +62,7 @@ def np_candidate_rewards(cand_correct, behaviour_correct, reward):
     out = np.zeros_like(c)
     for i in range(b.shape[0]):
         for t in range(b.shape[1]):
-            out[i, t] = c[i, t] * float(b[i, :t].all())          # every behaviour token before t right
+            out[i, t] = c[i, t] * float(b[i, :t].all())  # every behaviour token before t right
     return out
 
 
@@ -80,7 +81,7 @@ def no_floor_standardize(scores):
 
 
 def batch_axis_standardize(scores):
-    c = scores - scores.mean(0, keepdims=True)                   # mean over the wrong axis
+    c = scores - scores.mean(0, keepdims=True)  # mean over the wrong axis
     sigma = jnp.sqrt((c**2).mean(0, keepdims=True))
     return jnp.where(sigma > 1e-6, c / jnp.where(sigma > 1e-6, sigma, 1.0), c)
 
@@ -102,7 +103,7 @@ def sample_std_target(logp_old, scores, eta):
 
 
 def no_stop_gradient_loss(logp, logp_old, scores, eta):
-    q = jax.nn.softmax(logp + jnp_u(scores) / eta)               # q follows the current policy: not frozen
+    q = jax.nn.softmax(logp + jnp_u(scores) / eta)  # q follows the current policy: not frozen
     return -(q * jax.nn.log_softmax(logp)).sum(-1).mean()
 
 
@@ -197,8 +198,11 @@ CASES = [
     (X.check_k3, np_k3, [inverted_k3, k1]),
     (X.check_sequence_logprob, np_seq_logp, [mean_seq_logp, unmasked_seq_logp]),
     (X.check_candidate_rewards, np_candidate_rewards, [inclusive_prefix_rewards, bag_for_sequential]),
-    (X.check_sequence_weights, np_sequence_weights, [route_a_weights, no_k_weights, negated_weights, wrong_axis_weights,
-                                                     q_from_p_weights]),
+    (
+        X.check_sequence_weights,
+        np_sequence_weights,
+        [route_a_weights, no_k_weights, negated_weights, wrong_axis_weights, q_from_p_weights],
+    ),
 ]
 
 
@@ -209,8 +213,7 @@ def test_checker_passes_a_correct_function(checker, correct, capsys):
     assert out.startswith(f"passed: {checker.__name__}({correct.__name__})"), out
 
 
-@pytest.mark.parametrize("checker,buggy", [(c, b) for c, _, bugs in CASES for b in bugs],
-                         ids=lambda x: x.__name__)
+@pytest.mark.parametrize("checker,buggy", [(c, b) for c, _, bugs in CASES for b in bugs], ids=lambda x: x.__name__)
 def test_checker_rejects_a_typical_bug(checker, buggy):
     with pytest.raises(AssertionError, match="differs from tpo_core|cannot differentiate"):
         checker(buggy)
@@ -226,21 +229,24 @@ def test_a_missing_stop_gradient_is_caught_by_the_gradient_not_the_value():
         X.check_tpo_loss_grad(no_stop_gradient_loss)
 
 
-@pytest.mark.parametrize("checker,buggy,hint", [
-    (X.check_standardize, sample_std_standardize, "sample std"),
-    (X.check_standardize, no_floor_standardize, "zero-variance rule"),
-    (X.check_tpo_target, no_anchor_target, "anchor"),
-    (X.check_tpo_target, times_eta_target, "multiplying by η"),
-    (X.check_grpo_advantages, sample_std_adv, "sample std"),
-    (X.check_k3, inverted_k3, "wrong way round"),
-    (X.check_sequence_logprob, mean_seq_logp, "mean over tokens"),
-    (X.check_candidate_rewards, inclusive_prefix_rewards, "includes state t"),
-    (X.check_sequence_weights, route_a_weights, "Route A's first-step weights K(q - p_old) after the policy moved"),
-    (X.check_sequence_weights, no_k_weights, "factor K"),
-    (X.check_sequence_weights, negated_weights, "wrong sign"),
-    (X.check_sequence_weights, wrong_axis_weights, "wrong axis"),
-    (X.check_sequence_weights, q_from_p_weights, "q from the current p instead of p_old"),
-])
+@pytest.mark.parametrize(
+    "checker,buggy,hint",
+    [
+        (X.check_standardize, sample_std_standardize, "sample std"),
+        (X.check_standardize, no_floor_standardize, "zero-variance rule"),
+        (X.check_tpo_target, no_anchor_target, "anchor"),
+        (X.check_tpo_target, times_eta_target, "multiplying by η"),
+        (X.check_grpo_advantages, sample_std_adv, "sample std"),
+        (X.check_k3, inverted_k3, "wrong way round"),
+        (X.check_sequence_logprob, mean_seq_logp, "mean over tokens"),
+        (X.check_candidate_rewards, inclusive_prefix_rewards, "includes state t"),
+        (X.check_sequence_weights, route_a_weights, "Route A's first-step weights K(q - p_old) after the policy moved"),
+        (X.check_sequence_weights, no_k_weights, "factor K"),
+        (X.check_sequence_weights, negated_weights, "wrong sign"),
+        (X.check_sequence_weights, wrong_axis_weights, "wrong axis"),
+        (X.check_sequence_weights, q_from_p_weights, "q from the current p instead of p_old"),
+    ],
+)
 def test_known_bugs_are_named(checker, buggy, hint):
     with pytest.raises(AssertionError) as info:
         checker(buggy)
@@ -280,11 +286,14 @@ def test_other_errors_in_the_readers_code_propagate():
         X.attempt(X.check_standardize, broken)
 
 
-@pytest.mark.parametrize("call,name", [
-    (lambda: X.check_tpo_target("not a function"), "fn"),
-    (lambda: X.attempt("nope", np_standardize), "checker"),
-    (lambda: X.check_k3(np_k3, trials=0), "trials"),
-])
+@pytest.mark.parametrize(
+    "call,name",
+    [
+        (lambda: X.check_tpo_target("not a function"), "fn"),
+        (lambda: X.attempt("nope", np_standardize), "checker"),
+        (lambda: X.check_k3(np_k3, trials=0), "trials"),
+    ],
+)
 def test_bad_arguments_raise_value_error_naming_them(call, name):
     with pytest.raises(ValueError, match=f"^{name} "):
         call()
@@ -312,8 +321,11 @@ def test_sequence_weights_match_the_bridge_at_the_rollout():
     G, K = 3, 5
     lo = rng.normal(size=(G, K)) - 6.0
     s = rng.integers(0, 3, size=(G, K)).astype(float)
-    w_bridge = T.tpo_sequence_weights(torch.tensor(lo.ravel()), torch.tensor(s.ravel()), np.repeat(np.arange(G), K),
-                                      eta=0.5).numpy().reshape(G, K)
+    w_bridge = (
+        T.tpo_sequence_weights(torch.tensor(lo.ravel()), torch.tensor(s.ravel()), np.repeat(np.arange(G), K), eta=0.5)
+        .numpy()
+        .reshape(G, K)
+    )
     np.testing.assert_allclose(np_sequence_weights(lo, lo, s, 0.5), w_bridge, atol=1e-10)
 
 
@@ -322,8 +334,11 @@ def test_sequence_weights_are_minus_n_times_the_loss_gradient():
     lo = rng.normal(size=(4, 6)) - 6.0
     lp = lo + rng.normal(size=(4, 6))
     s = rng.normal(size=(4, 6))
-    g = np.asarray(jax.grad(jnp_tpo_loss)(jnp.asarray(lp, jnp.float32), jnp.asarray(lo, jnp.float32),
-                                          jnp.asarray(s, jnp.float32), 2.0))
+    g = np.asarray(
+        jax.grad(jnp_tpo_loss)(
+            jnp.asarray(lp, jnp.float32), jnp.asarray(lo, jnp.float32), jnp.asarray(s, jnp.float32), 2.0
+        )
+    )
     np.testing.assert_allclose(np_sequence_weights(lp, lo, s, 2.0), -4 * 6 * g, atol=1e-5)
 
 
@@ -336,8 +351,10 @@ def group_minibatches(n_prompts, K, n_minibatches, rng):
         raise ValueError(f"{n_minibatches} mini-batches cannot split {n_prompts} prompts equally")
     per = n_prompts // n_minibatches
     prompts = list(rng.permutation(n_prompts))
-    return [np.array([p * K + k for p in prompts[i * per:(i + 1) * per] for k in range(K)], dtype=np.int64)
-            for i in range(n_minibatches)]
+    return [
+        np.array([p * K + k for p in prompts[i * per : (i + 1) * per] for k in range(K)], dtype=np.int64)
+        for i in range(n_minibatches)
+    ]
 
 
 def shuffled_rows(n_prompts, K, n_minibatches, rng):
@@ -390,7 +407,7 @@ def fixed_seed(n_prompts, K, n_minibatches, rng):
 
 def interleaved_groups(n_prompts, K, n_minibatches, rng):
     batches = group_minibatches(n_prompts, K, n_minibatches, rng)
-    return [b.reshape(-1, K).T.ravel() for b in batches]      # whole groups, but k-major inside the mini-batch
+    return [b.reshape(-1, K).T.ravel() for b in batches]  # whole groups, but k-major inside the mini-batch
 
 
 def test_group_minibatches_passes_a_correct_function(capsys):
@@ -404,17 +421,21 @@ def test_group_minibatches_accepts_lists_and_other_seeds(capsys):
     assert capsys.readouterr().out.startswith("passed:")
 
 
-@pytest.mark.parametrize("buggy,message", [
-    (shuffled_rows, r"does not hold whole groups(.*\n)*.*hint: .*shuffling rows"),
-    (contiguous_array_split, r"instead of raising ValueError(.*\n)*.*hint: .*np.array_split"),
-    (with_replacement, r"every row exactly once(.*\n)*.*hint: .*with replacement"),
-    (dropped_last_prompt, r"every row exactly once(.*\n)*.*never appear(.*\n)*.*hint: .*missing rows"),
-    (k_major, r"does not hold whole groups(.*\n)*.*hint: .*K-major"),
-    (unshuffled, r"never shuffles the prompts"),
-    (global_rng, r"two generators with the same seed"),
-    (fixed_seed, r"three generators with different seeds"),
-    (interleaved_groups, r"not next to each other"),
-], ids=lambda x: getattr(x, "__name__", "msg"))
+@pytest.mark.parametrize(
+    "buggy,message",
+    [
+        (shuffled_rows, r"does not hold whole groups(.*\n)*.*hint: .*shuffling rows"),
+        (contiguous_array_split, r"instead of raising ValueError(.*\n)*.*hint: .*np.array_split"),
+        (with_replacement, r"every row exactly once(.*\n)*.*hint: .*with replacement"),
+        (dropped_last_prompt, r"every row exactly once(.*\n)*.*never appear(.*\n)*.*hint: .*missing rows"),
+        (k_major, r"does not hold whole groups(.*\n)*.*hint: .*K-major"),
+        (unshuffled, r"never shuffles the prompts"),
+        (global_rng, r"two generators with the same seed"),
+        (fixed_seed, r"three generators with different seeds"),
+        (interleaved_groups, r"not next to each other"),
+    ],
+    ids=lambda x: getattr(x, "__name__", "msg"),
+)
 def test_group_minibatches_names_the_bug(buggy, message, capsys):
     with pytest.raises(AssertionError, match=message):
         X.check_group_minibatches(buggy)

@@ -1,5 +1,6 @@
 """The engine on every jax its metadata admits: XLA compile options that the installed XLA does not know are dropped
 (``runtime.supported_compiler_options``), and a tiny run trains on another jax when a python is given for it."""
+
 import os
 import pathlib
 import re
@@ -60,8 +61,9 @@ def _pinned_jax() -> str:
 def test_the_pinned_jax_keeps_every_engine_option(monkeypatch):
     """On the pinned jax the filter changes nothing: the programs compile with the same options as before it."""
     if jax.__version__ != _pinned_jax() or jax.default_backend() != "cpu":
-        pytest.skip(f"checks the pinned jax {_pinned_jax()} on the CPU (here jax {jax.__version__}, "
-                    f"{jax.default_backend()})")
+        pytest.skip(
+            f"checks the pinned jax {_pinned_jax()} on the CPU (here jax {jax.__version__}, {jax.default_backend()})"
+        )
     monkeypatch.setenv("XLA_FLAGS", "")
     assert runtime.chunk_compiler_options() == runtime.CHUNK_COMPILER_OPTIONS
     assert runtime.init_compiler_options() == runtime.INIT_COMPILER_OPTIONS
@@ -100,8 +102,9 @@ FLOOR = "pyproject-floors"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("python", [p for p in os.environ.get("TPO_JAX_FLOOR_PY", "").split(os.pathsep) if p]
-                         or [FLOOR])
+@pytest.mark.parametrize(
+    "python", [p for p in os.environ.get("TPO_JAX_FLOOR_PY", "").split(os.pathsep) if p] or [FLOOR]
+)
 def test_tiny_runs_train_on_another_jax(python):
     """The tiny runs in a venv of pyproject's floors (every core dependency at its declared floor: jax 0.7.1,
     flax 0.12.0, optax 0.2.5, numpy 1.26, scikit-learn 1.3, plotly 6, tqdm 4.60; their own dependencies as pip
@@ -116,9 +119,9 @@ def test_tiny_runs_train_on_another_jax(python):
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run([python, "-c", TINY_RUNS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and "tiny runs ok" in done.stdout, done.stdout + done.stderr[-4000:]
-    if at_floor:                                                          # it ran on the floors themselves
+    if at_floor:  # it ran on the floors themselves
         from packaging.version import Version
 
-        ran = done.stdout.splitlines()[0].split()                        # "jax X flax Y optax Z"
+        ran = done.stdout.splitlines()[0].split()  # "jax X flax Y optax Z"
         floors = {p.split("==")[0].split("[")[0]: p.split("==")[1] for p in fresh_venv.floor_pins()}
         assert all(Version(ran[i + 1]) == Version(floors[ran[i]]) for i in (0, 2, 4)), (ran, floors)

@@ -1,5 +1,7 @@
 """ruff, configured in pyproject.toml ([tool.ruff]), passes on the whole tree: the lint (`ruff check`, which with
-RUF100 also fails on a `# noqa` that names a rule not enabled or not needed)."""
+RUF100 also fails on a `# noqa` that names a rule not enabled or not needed) and the format (`ruff format --check`;
+`ruff format .` fixes what it reports)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -20,9 +22,17 @@ def test_ruff_check_passes_on_the_tree():
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
+def test_ruff_format_leaves_the_tree_as_it_is():
+    proc = _ruff("format", "--check", "--no-cache", ".")
+    assert proc.returncode == 0, "run `ruff format .`:\n" + proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
 def test_ruff_is_the_pinned_version():
-    pin = next(ln.split("==", 1)[1].strip() for ln in (ROOT / "requirements.txt").read_text().splitlines()
-               if ln.startswith("ruff=="))
+    pin = next(
+        ln.split("==", 1)[1].strip()
+        for ln in (ROOT / "requirements.txt").read_text().splitlines()
+        if ln.startswith("ruff==")
+    )
     assert _ruff("--version").stdout.split() == ["ruff", pin]
 
 

@@ -4,6 +4,7 @@ The GGUF here is a small file the test writes; only the dequantisation (transfor
 gguf_file=...)``, seconds to a minute for the real file) is replaced, by one that saves a tiny Llama. Checksum,
 cache, source choice and messages run unchanged. The real 93 MB model is exercised in the ``slow`` test.
 """
+
 import hashlib
 import importlib.util
 
@@ -51,7 +52,7 @@ def test_gguf_checksum_conversion_cached_and_one_line_message(fake_gguf, capsys,
     second = M.load_smollm2(path, sha256=digest)
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "cached fp32 conversion" in out[0]
-    assert second.cached and len(calls) == 1                             # no second conversion
+    assert second.cached and len(calls) == 1  # no second conversion
     for name, value in second.model.state_dict().items():
         torch.testing.assert_close(value, saved["state"][name])
 
@@ -61,7 +62,7 @@ def test_checksum_mismatch_names_sha256_and_converts_nothing(fake_gguf):
     with pytest.raises(ValueError, match="sha256 mismatch"):
         M.load_smollm2(path, sha256="0" * 64)
     with pytest.raises(ValueError, match="sha256"):
-        M.load_smollm2(path)                                             # the pinned digest is not this file's
+        M.load_smollm2(path)  # the pinned digest is not this file's
     assert calls == []
 
 
@@ -76,7 +77,7 @@ def test_interrupted_conversion_leaves_no_cache(fake_gguf, monkeypatch, tmp_path
     with pytest.raises(KeyboardInterrupt):
         M.load_smollm2(path, sha256=digest)
     root = tmp_path / "cache" / "llm"
-    assert list(root.iterdir()) == []                                    # neither the target nor a temp folder
+    assert list(root.iterdir()) == []  # neither the target nor a temp folder
 
 
 def test_hf_folder_path_and_bad_paths(tmp_path, capsys):
@@ -121,8 +122,9 @@ def test_real_smollm2_loads_and_answers_in_the_chat_format(tmp_path, monkeypatch
     assert sum(p.numel() for p in loaded.model.parameters()) == 134_515_008
     tok = loaded.tokenizer
     assert tok.eos_token == "<|im_end|>" and tok.pad_token_id == tok.eos_token_id == 2
-    enc = tok.apply_chat_template([{"role": "user", "content": "Say hello."}], add_generation_prompt=True,
-                                  return_tensors="pt", return_dict=True)
+    enc = tok.apply_chat_template(
+        [{"role": "user", "content": "Say hello."}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     with torch.no_grad():
         out = loaded.model.generate(**enc, max_new_tokens=8, do_sample=False)
-    assert len(tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True).strip()) > 0
+    assert len(tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True).strip()) > 0

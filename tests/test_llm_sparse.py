@@ -1,4 +1,5 @@
 """tpo_core.lab.llm.sparse: the sparse-reward graph-colouring miniature through TRL's trainers (smoke budget)."""
+
 import itertools
 import json
 
@@ -42,14 +43,16 @@ def test_tokenizer_round_trip_and_prompt_format(puzzles):
     _, entries = puzzles
     rng = np.random.default_rng(0)
     for entry in entries:
-        text = sparse.prompt_text(entry) + " " + sparse.answer_text(rng.integers(1, 4, 6), int(rng.integers(0, 25)), rng)
+        text = (
+            sparse.prompt_text(entry) + " " + sparse.answer_text(rng.integers(1, 4, 6), int(rng.integers(0, 25)), rng)
+        )
         ids = tok(text, add_special_tokens=False)["input_ids"]
         assert tok.unk_token_id not in ids
-        assert tok.decode(ids) == text                                        # word for word, one space apart
+        assert tok.decode(ids) == text  # word for word, one space apart
         assert tok.decode(ids + [tok.eos_token_id, tok.pad_token_id], skip_special_tokens=True) == text
         words = text.split()
-        assert words[0] == "graph" and words.index("ans") == len(_edges(entry)) + 1   # one token per edge
-        assert words[1:1 + len(_edges(entry))] == [f"e{u}{v}" for u, v in _edges(entry)]
+        assert words[0] == "graph" and words.index("ans") == len(_edges(entry)) + 1  # one token per edge
+        assert words[1 : 1 + len(_edges(entry))] == [f"e{u}{v}" for u, v in _edges(entry)]
     assert len(sparse.VOCAB) == len(set(sparse.VOCAB)) == 43
 
 
@@ -76,7 +79,7 @@ def test_decoded_answers_are_scored_by_the_reasoning_gym_verifier(puzzles):
 def test_constant_and_random_baselines_match_a_brute_force_count_with_the_library(puzzles):
     ds, entries = puzzles
     entries = entries[:6]
-    solved = {}                                                               # answer -> puzzles it solves
+    solved = {}  # answer -> puzzles it solves
     for c in itertools.product((1, 2, 3), repeat=6):
         answer = json.dumps({str(v): col for v, col in enumerate(c)})
         solved[c] = sum(ds.score_answer(answer, e) == 1.0 for e in entries)
@@ -125,13 +128,13 @@ def test_warm_start_learns_the_format_not_the_task_and_is_cached_deterministical
     b = sparse.BUDGETS["smoke"]
     model, meta = sparse.warm_start(3, b, cache=tmp_path / "a")
     ev = meta["heldout"]
-    assert ev["valid_t1"] >= 0.8                                              # the answer format, mostly
-    assert 0.0 < ev["success_t1"] <= 0.4                                      # random colourings: rarely proper
+    assert ev["valid_t1"] >= 0.8  # the answer format, mostly
+    assert 0.0 < ev["success_t1"] <= 0.4  # random colourings: rarely proper
     assert meta["sft_loss_last"] < meta["sft_loss_first"]
-    s = meta["logp_spread"]                                                   # the filler prefix spreads the sums
+    s = meta["logp_spread"]  # the filler prefix spreads the sums
     assert s["std_sum_median"] > 1.0 and s["std_sum_median"] > 5 * s["std_mean_median"]
-    again, meta2 = sparse.warm_start(3, b, cache=tmp_path / "a")              # loaded from the cache
-    fresh, _ = sparse.warm_start(3, b, cache=tmp_path / "b")                  # retrained: the same weights
+    again, meta2 = sparse.warm_start(3, b, cache=tmp_path / "a")  # loaded from the cache
+    fresh, _ = sparse.warm_start(3, b, cache=tmp_path / "b")  # retrained: the same weights
     for p, q, r in zip(model.parameters(), again.parameters(), fresh.parameters()):
         assert torch.equal(p, q) and torch.equal(p, r)
     assert meta2 == json.loads(json.dumps(meta))
@@ -142,12 +145,16 @@ def test_smoke_runs_both_trainers_end_to_end_and_resumes(smoke_out, capsys):
     b = sparse.BUDGETS["smoke"]
     for arm in ("tpo_mean", "grpo"):
         for lr in b.lrs:
-            assert (out / f"{arm}_lr{lr:g}_seed100.npz").is_file()           # the grid
+            assert (out / f"{arm}_lr{lr:g}_seed100.npz").is_file()  # the grid
     chosen = summary["chosen_lr"]
     assert set(chosen) == {"tpo_mean", "grpo"}
-    for arm in ("tpo_mean", "grpo"):                                          # the rule, recomputed here
-        means = {lr: np.mean([json.loads((out / f"{arm}_lr{lr:g}_seed{s}.json").read_text())["auc_success"]
-                              for s in b.grid_seeds]) for lr in b.lrs}
+    for arm in ("tpo_mean", "grpo"):  # the rule, recomputed here
+        means = {
+            lr: np.mean(
+                [json.loads((out / f"{arm}_lr{lr:g}_seed{s}.json").read_text())["auc_success"] for s in b.grid_seeds]
+            )
+            for lr in b.lrs
+        }
         best = max(means.values())
         assert chosen[arm] == min(lr for lr in b.lrs if means[lr] == best)
         for seed in b.main_seeds:
@@ -156,25 +163,29 @@ def test_smoke_runs_both_trainers_end_to_end_and_resumes(smoke_out, capsys):
             assert list(c["eval_step"]) == [0, 1, 2] and c["eval_success_t1"].shape == (3,)
             meta = json.loads((out / f"{arm}_lr{chosen[arm]:g}_seed{seed}.json").read_text())
             assert meta["final_success"] == pytest.approx(c["eval_success_t1"][-1])
-            assert meta["auc_success"] == pytest.approx(np.mean(c["eval_success_t1"][1:]))   # after step 0
+            assert meta["auc_success"] == pytest.approx(np.mean(c["eval_success_t1"][1:]))  # after step 0
             assert meta["config"]["arm"] == arm and meta["config"]["common"]["budget"]["k"] == b.k
     tpo, grpo = (np.load(out / f"{a}_lr{chosen[a]:g}_seed0.npz") for a in ("tpo_mean", "grpo"))
-    assert np.isfinite(tpo["tpo_tv"]).all() and "tpo_tv" not in grpo.files       # the trainer's tpo/tv, by name
+    assert np.isfinite(tpo["tpo_tv"]).all() and "tpo_tv" not in grpo.files  # the trainer's tpo/tv, by name
     assert np.isfinite(grpo["abs_advantage"]).all() and np.isnan(tpo["abs_advantage"]).all()
-    assert tpo["reward"][0] == grpo["reward"][0]                             # same warm start, prompts and sampling
+    assert tpo["reward"][0] == grpo["reward"][0]  # same warm start, prompts and sampling
     assert tpo["eval_success_t1"][0] == grpo["eval_success_t1"][0]
     assert summary["main"]["tpo_mean"]["seeds"] == list(b.main_seeds)
     v = summary["verdicts"][0]
-    assert (v["a"], v["b"]) == ("tpo_mean", "grpo") and v["two_sample_verdict"]["verdict"] in (
-        "consistent", "inconsistent", "inconclusive") and "p_value" in v["mann_whitney"]
+    assert (
+        (v["a"], v["b"]) == ("tpo_mean", "grpo")
+        and v["two_sample_verdict"]["verdict"] in ("consistent", "inconsistent", "inconclusive")
+        and "p_value" in v["mann_whitney"]
+    )
     assert 0 < summary["baselines"]["random_colouring"] < summary["baselines"]["best_constant"] < 1
     assert not list(out.glob("*.partial.npz")) and "held-out success, T = 1" in (out / "figure.html").read_text()
 
     from tpo_core.lab import report
+
     assert "llm_sparse_coloring" in report.to_markdown(report.load_summaries(out))
 
     capsys.readouterr()
-    sparse.run("smoke", out, stage="all", arms=("tpo_mean", "grpo"))        # resumed: nothing retrained
+    sparse.run("smoke", out, stage="all", arms=("tpo_mean", "grpo"))  # resumed: nothing retrained
     printed = capsys.readouterr().out
     assert printed.count("already done") == 2 * len(b.lrs) * len(b.grid_seeds) + 2 * len(b.main_seeds)
     assert "steps in" not in printed
@@ -184,8 +195,22 @@ def test_reproduce_preset_reuses_finished_runs(smoke_out, capsys):
     from tpo_core.lab import cli
 
     out, _ = smoke_out
-    assert cli.main(["reproduce", "llm_sparse_coloring", "--budget", "smoke", "--out", str(out),
-                     "--only", "tpo_mean,grpo", "--quiet"]) == 0
+    assert (
+        cli.main(
+            [
+                "reproduce",
+                "llm_sparse_coloring",
+                "--budget",
+                "smoke",
+                "--out",
+                str(out),
+                "--only",
+                "tpo_mean,grpo",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "llm_sparse_coloring" in capsys.readouterr().out
     assert json.loads((out / "summary.json").read_text())["preset"] == "llm_sparse_coloring"
 
@@ -193,9 +218,18 @@ def test_reproduce_preset_reuses_finished_runs(smoke_out, capsys):
 def test_main_exit_2_with_one_line_on_bad_input(tmp_path, capsys):
     from tpo_core.lab import cli
 
-    for argv in (["--budget", "huge"], ["--stage", "both"], ["--arms", "ppo"], ["--seeds", "a,b"], ["--seeds", "-1"],
-                 ["--num-iterations", "0"], ["--num-iterations", "x"], ["--bogus"], ["--stage", "main"],
-                 ["--summarize", "--out", str(tmp_path / "missing")]):
+    for argv in (
+        ["--budget", "huge"],
+        ["--stage", "both"],
+        ["--arms", "ppo"],
+        ["--seeds", "a,b"],
+        ["--seeds", "-1"],
+        ["--num-iterations", "0"],
+        ["--num-iterations", "x"],
+        ["--bogus"],
+        ["--stage", "main"],
+        ["--summarize", "--out", str(tmp_path / "missing")],
+    ):
         args = argv if "--out" in argv else argv + ["--out", str(tmp_path)]
         assert sparse.main(args) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()

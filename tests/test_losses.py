@@ -1,4 +1,5 @@
 """The math of the paper (arXiv 2604.06159) §2–3, checked on the implemented losses."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,9 +16,11 @@ RNG = np.random.default_rng(0)
 
 def _group(b=5, k=8, seed=0):
     rng = np.random.default_rng(seed)
-    return (jnp.asarray(rng.normal(size=(b, k)), jnp.float32),
-            jnp.asarray(rng.normal(size=(b, k)), jnp.float32),
-            jnp.asarray(rng.integers(0, 2, size=(b, k)), jnp.float32))
+    return (
+        jnp.asarray(rng.normal(size=(b, k)), jnp.float32),
+        jnp.asarray(rng.normal(size=(b, k)), jnp.float32),
+        jnp.asarray(rng.integers(0, 2, size=(b, k)), jnp.float32),
+    )
 
 
 # ---- standardisation ------------------------------------------------------------------------
@@ -26,7 +29,7 @@ def test_standardize_population_std_and_zero_variance():
     u = np.asarray(tpo_core.standardize(s))
     c = np.array([0.75, -0.25, -0.25, -0.25])
     np.testing.assert_allclose(u[0], c / np.sqrt((c**2).mean()), rtol=1e-6)  # ddof = 0
-    assert np.all(u[1] == 0.0)                                                # all-equal -> exactly 0
+    assert np.all(u[1] == 0.0)  # all-equal -> exactly 0
 
 
 def test_standardize_one_hot_over_ten_classes_is_three_and_minus_a_third():
@@ -69,8 +72,9 @@ def test_target_maximises_the_kl_regularised_objective(eta):
             r = jax.nn.softmax(jnp.log(q) + scale * rng.normal(size=q.shape), -1)
             assert np.all(np.asarray(_objective(r, u, p_old, eta)) <= np.asarray(best) + 1e-6)
     # and the closed form is the unique stationary point: q ∝ p_old exp(u/eta)
-    np.testing.assert_allclose(q, p_old * jnp.exp(u / eta) / (p_old * jnp.exp(u / eta)).sum(-1, keepdims=True),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        q, p_old * jnp.exp(u / eta) / (p_old * jnp.exp(u / eta)).sum(-1, keepdims=True), rtol=1e-5
+    )
 
 
 def test_all_equal_scores_give_q_equal_to_p_old():
@@ -83,8 +87,9 @@ def test_all_equal_scores_give_q_equal_to_p_old():
 def test_target_invariant_to_positive_affine_rescaling(a, b):
     _, logp_old, scores = _group()
     scores = scores + 0.1 * jnp.arange(scores.shape[-1])
-    np.testing.assert_allclose(tpo_core.tpo_target(logp_old, a * scores + b), tpo_core.tpo_target(logp_old, scores),
-                               atol=2e-5)  # float32 rounding of a·s + b
+    np.testing.assert_allclose(
+        tpo_core.tpo_target(logp_old, a * scores + b), tpo_core.tpo_target(logp_old, scores), atol=2e-5
+    )  # float32 rounding of a·s + b
 
 
 def test_permutation_equivariance():
@@ -92,8 +97,11 @@ def test_permutation_equivariance():
     perm = np.random.default_rng(3).permutation(logp.shape[-1])
     q = tpo_core.tpo_target(logp_old, scores)
     np.testing.assert_allclose(tpo_core.tpo_target(logp_old[:, perm], scores[:, perm]), q[:, perm], atol=1e-7)
-    np.testing.assert_allclose(tpo_core.tpo_loss(logp[:, perm], logp_old[:, perm], scores[:, perm]),
-                               tpo_core.tpo_loss(logp, logp_old, scores), rtol=1e-6)
+    np.testing.assert_allclose(
+        tpo_core.tpo_loss(logp[:, perm], logp_old[:, perm], scores[:, perm]),
+        tpo_core.tpo_loss(logp, logp_old, scores),
+        rtol=1e-6,
+    )
 
 
 def test_eta_limits():
@@ -144,12 +152,23 @@ def test_beta_values_quoted_at_p_point_one_come_out_of_the_implemented_losses():
     counts = np.round(pi * 90).astype(int)
     actions = np.repeat(np.arange(A_CLASSES), counts)
     scores = jnp.asarray(actions == 0, jnp.float32)[None]
-    g_grpo = -jax.grad(lambda z: L.grpo_loss(jax.nn.log_softmax(z)[actions][None],
-                                             jax.lax.stop_gradient(jax.nn.log_softmax(z)[actions][None]),
-                                             scores))(logits) / counts.sum()
+    g_grpo = (
+        -jax.grad(
+            lambda z: L.grpo_loss(
+                jax.nn.log_softmax(z)[actions][None],
+                jax.lax.stop_gradient(jax.nn.log_softmax(z)[actions][None]),
+                scores,
+            )
+        )(logits)
+        / counts.sum()
+    )
     reward = jax.nn.one_hot(0, A_CLASSES)
-    g_dg = -jax.grad(lambda z: (jnp.asarray(pi, jnp.float32) * jax.vmap(
-        lambda lp, a: L.dg_loss(lp[None, None], a[None, None], 1.0))(jax.nn.log_softmax(z), reward)).sum())(logits)
+    g_dg = -jax.grad(
+        lambda z: (
+            jnp.asarray(pi, jnp.float32)
+            * jax.vmap(lambda lp, a: L.dg_loss(lp[None, None], a[None, None], 1.0))(jax.nn.log_softmax(z), reward)
+        ).sum()
+    )(logits)
     coef = lambda g: float(np.dot(np.asarray(g), e) / np.dot(e, e))  # noqa: E731
     assert round(coef(g_tpo), 2) == 0.73 and round(coef(g_grpo), 2) == 0.33 and round(coef(g_dg), 2) == 0.09
 
@@ -203,7 +222,7 @@ def test_grpo_clips_and_masks():
     adv = L.grpo_advantages(scores)
     far = logp_old + jnp.array([[1.0, 0, 0, 0], [0, 0, 0, 0]])  # ratio e > 1.2 on the positive sample
     g = jax.grad(lambda lp: L.grpo_loss(lp, logp_old, scores, beta=0.0))(far)
-    assert g[0, 0] == 0.0 and adv[0, 0] > 0                      # clipped: no push beyond 1 + ε
+    assert g[0, 0] == 0.0 and adv[0, 0] > 0  # clipped: no push beyond 1 + ε
     masked = L.grpo_loss(logp_old, logp_old, scores, beta=0.0, mask_zero_var=True)
     unmasked = L.grpo_loss(logp_old, logp_old, scores, beta=0.0)
     np.testing.assert_allclose(masked, 2 * unmasked, rtol=1e-6)  # mean over 1 informative group, not 2
@@ -255,7 +274,7 @@ def test_dapo_drops_zero_variance_groups_from_the_token_mean():
     rho = np.exp(np.asarray(new[0] - old[0]))
     per = np.minimum(rho * a[:, None], np.clip(rho, 0.8, 1.28) * a[:, None])
     np.testing.assert_allclose(alone, -per.mean(), rtol=1e-5)
-    kept_and_dropped_mean = -np.concatenate([per.ravel(), np.zeros(12)]).mean()   # what keeping would give
+    kept_and_dropped_mean = -np.concatenate([per.ravel(), np.zeros(12)]).mean()  # what keeping would give
     assert not np.isclose(float(both), kept_and_dropped_mean)
 
 
@@ -278,15 +297,15 @@ def test_masked_grpo_drops_the_all_fail_groups_kl_pull():
 
     np.testing.assert_allclose(L.grpo_loss(new, old, scores), (group_loss(0) + group_loss(1)) / 2, rtol=1e-5)
     np.testing.assert_allclose(L.grpo_loss(new, old, scores, mask_zero_var=True), group_loss(0), rtol=1e-5)
-    assert group_loss(1) > 0   # the all-fail group's loss is the KL pull alone
+    assert group_loss(1) > 0  # the all-fail group's loss is the KL pull alone
 
 
 def test_off_policy_grpo_value_and_gradient_with_ratio_away_from_one():
     old = jnp.zeros((1, 3))
-    new = jnp.array([[0.1, 0.4, 0.3]])           # ρ = e^0.1 (inside), e^0.4 and e^0.3 (both > 1.2)
+    new = jnp.array([[0.1, 0.4, 0.3]])  # ρ = e^0.1 (inside), e^0.4 and e^0.3 (both > 1.2)
     scores = jnp.array([[1.0, 0.0, 1.0]])
     s = np.asarray(scores[0])
-    a = (s - s.mean()) / (s.std() + 1e-8)        # (+0.707, −1.414, +0.707)
+    a = (s - s.mean()) / (s.std() + 1e-8)  # (+0.707, −1.414, +0.707)
     rho = np.exp(np.asarray(new[0]))
     surr = np.minimum(rho * a, np.clip(rho, 0.8, 1.2) * a)
     np.testing.assert_allclose(L.grpo_loss(new, old, scores, beta=0.0), -surr.sum(), rtol=1e-5)
@@ -299,7 +318,7 @@ def test_off_policy_grpo_value_and_gradient_with_ratio_away_from_one():
 
 def test_k3_estimator_closed_form_and_mean_is_the_kl():
     lp, lr = jnp.log(jnp.array([0.5, 0.25])), jnp.log(jnp.array([0.25, 0.5]))
-    r = np.array([0.5, 2.0])                      # π_ref / π_θ
+    r = np.array([0.5, 2.0])  # π_ref / π_θ
     np.testing.assert_allclose(L.k3_kl(lp, lr), r - 1 - np.log(r), rtol=1e-6)
     # E_{a~π_θ}[k3] = KL(π_θ‖π_ref) exactly, for two full distributions
     p_theta, p_ref = np.array([0.7, 0.2, 0.1]), np.array([0.3, 0.3, 0.4])
@@ -309,7 +328,7 @@ def test_k3_estimator_closed_form_and_mean_is_the_kl():
 
 def test_single_sample_losses_against_closed_forms():
     rng = np.random.default_rng(7)
-    tok = jnp.asarray(np.log(rng.uniform(0.05, 0.95, size=(4, 5))), jnp.float32)   # log π(a_t), [B, T]
+    tok = jnp.asarray(np.log(rng.uniform(0.05, 0.95, size=(4, 5))), jnp.float32)  # log π(a_t), [B, T]
     old = tok + jnp.asarray(rng.normal(scale=0.2, size=(4, 5)), jnp.float32)
     rewards = jnp.asarray(rng.integers(0, 2, size=(4, 5)), jnp.float32)
     r = np.asarray(rewards)
@@ -318,13 +337,14 @@ def test_single_sample_losses_against_closed_forms():
     t, o = np.asarray(tok), np.asarray(old)
     np.testing.assert_allclose(L.pg_loss(tok, adv), -(adv * t).sum(1).mean(), rtol=1e-6)
     rho = np.exp(t - o)
-    np.testing.assert_allclose(L.ppo_loss(tok, old, adv),
-                               -np.minimum(rho * adv, np.clip(rho, 0.8, 1.2) * adv).sum(1).mean(), rtol=1e-5)
+    np.testing.assert_allclose(
+        L.ppo_loss(tok, old, adv), -np.minimum(rho * adv, np.clip(rho, 0.8, 1.2) * adv).sum(1).mean(), rtol=1e-5
+    )
     w = 1 / (1 + np.exp(-adv * (-t) / 1.0))
     np.testing.assert_allclose(L.dg_weights(tok, adv, 1.0), w, rtol=1e-6)
     np.testing.assert_allclose(L.dg_loss(tok, adv, 1.0), -(w * adv * t).sum(1).mean(), rtol=1e-5)
     g = np.asarray(jax.grad(lambda x: L.dg_loss(x, adv, 1.0))(tok))
-    np.testing.assert_allclose(g, -(w * adv) / 4, rtol=1e-5)     # the gate is a stop-gradient weight
+    np.testing.assert_allclose(g, -(w * adv) / 4, rtol=1e-5)  # the gate is a stop-gradient weight
 
 
 def test_group_pg_and_tpo_token_against_closed_forms():
@@ -335,9 +355,10 @@ def test_group_pg_and_tpo_token_against_closed_forms():
     c = s - s.mean(-1, keepdims=True)
     sd = np.sqrt((c**2).mean(-1, keepdims=True))
     u = np.where(sd > 1e-6, c / np.where(sd > 1e-6, sd, 1), c)
-    np.testing.assert_allclose(L.group_pg_loss(logp, scores, 2.0), -((u / 2.0) * np.asarray(logp)).sum(-1).mean(),
-                               rtol=1e-5)
-    cand = jnp.asarray(rng.normal(size=(2, 3, 4)), jnp.float32)      # [B, H, K] candidate log-probs
+    np.testing.assert_allclose(
+        L.group_pg_loss(logp, scores, 2.0), -((u / 2.0) * np.asarray(logp)).sum(-1).mean(), rtol=1e-5
+    )
+    cand = jnp.asarray(rng.normal(size=(2, 3, 4)), jnp.float32)  # [B, H, K] candidate log-probs
     cand_old = jnp.asarray(rng.normal(size=(2, 3, 4)), jnp.float32)
     cr = jnp.asarray(rng.integers(0, 2, size=(2, 3, 4)), jnp.float32)
     x, xo, rr = np.asarray(cand), np.asarray(cand_old), np.asarray(cr)
@@ -391,8 +412,9 @@ def _everything(logp, logp_old, scores, eta):
 
 
 @settings(max_examples=25, deadline=None)
-@given(k=st.integers(2, 1024), eta=st.floats(1e-3, 1e3), scale=st.sampled_from([1.0, 1e2, 1e4]),
-       seed=st.integers(0, 2**16))
+@given(
+    k=st.integers(2, 1024), eta=st.floats(1e-3, 1e3), scale=st.sampled_from([1.0, 1e2, 1e4]), seed=st.integers(0, 2**16)
+)
 def test_no_nan_or_inf_at_extreme_inputs(k, eta, scale, seed):
     rng = np.random.default_rng(seed)
     logp = jnp.asarray(np.clip(rng.normal(size=(2, k)) * scale, -1e4, 1e4), jnp.float32)
@@ -404,19 +426,22 @@ def test_no_nan_or_inf_at_extreme_inputs(k, eta, scale, seed):
     assert np.isfinite(g_loss) and np.all(np.isfinite(g_grad))
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: tpo_core.tpo_target(jnp.zeros((2, 4)), jnp.zeros((2, 4)), 0.0), "eta"),
-    (lambda: tpo_core.tpo_target(jnp.zeros((2, 4)), jnp.zeros((2, 4)), -1.0), "eta"),
-    (lambda: tpo_core.tpo_loss(jnp.zeros((2, 1)), jnp.zeros((2, 1)), jnp.zeros((2, 1))), "K >= 2"),
-    (lambda: tpo_core.tpo_loss(jnp.zeros((2, 4)), jnp.zeros((2, 3)), jnp.zeros((2, 4))), "shapes disagree"),
-    (lambda: tpo_core.get_method("nope"), "unknown method"),
-    (lambda: tpo_core.TokenConfig(K=1), "K"),
-    (lambda: tpo_core.TokenConfig(eta=0), "eta"),
-    (lambda: tpo_core.TokenConfig(reward="dense"), "reward"),
-    (lambda: tpo_core.TokenConfig(target="sideways"), "target"),
-    (lambda: tpo_core.TokenConfig(method="tpo_token", reward="terminal"), "reward"),
-    (lambda: tpo_core.BanditConfig(method="ppo"), "method"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: tpo_core.tpo_target(jnp.zeros((2, 4)), jnp.zeros((2, 4)), 0.0), "eta"),
+        (lambda: tpo_core.tpo_target(jnp.zeros((2, 4)), jnp.zeros((2, 4)), -1.0), "eta"),
+        (lambda: tpo_core.tpo_loss(jnp.zeros((2, 1)), jnp.zeros((2, 1)), jnp.zeros((2, 1))), "K >= 2"),
+        (lambda: tpo_core.tpo_loss(jnp.zeros((2, 4)), jnp.zeros((2, 3)), jnp.zeros((2, 4))), "shapes disagree"),
+        (lambda: tpo_core.get_method("nope"), "unknown method"),
+        (lambda: tpo_core.TokenConfig(K=1), "K"),
+        (lambda: tpo_core.TokenConfig(eta=0), "eta"),
+        (lambda: tpo_core.TokenConfig(reward="dense"), "reward"),
+        (lambda: tpo_core.TokenConfig(target="sideways"), "target"),
+        (lambda: tpo_core.TokenConfig(method="tpo_token", reward="terminal"), "reward"),
+        (lambda: tpo_core.BanditConfig(method="ppo"), "method"),
+    ],
+)
 def test_bad_input_raises_value_error_naming_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()

@@ -1,5 +1,6 @@
 """tpo_core.lab.optimizer_memory: Adam's step after a change of gradient scale follows the bias-corrected moment
 recursions (closed forms written out here, in float64), and the engine's Muon-routed step ignores the scale."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,10 +24,10 @@ def adam_closed_form(g, warm, after, scale, nesterov=False):
     for t in range(1, warm + after + 1):
         n, k = min(t, warm), max(t - warm, 0)
         c = 1.0 if k == 0 else scale
-        m = g * (B1 ** k * (1 - B1 ** n) + scale * (1 - B1 ** k))
-        v = g ** 2 * (B2 ** k * (1 - B2 ** n) + scale ** 2 * (1 - B2 ** k))
-        m_hat = (B1 * m / (1 - B1 ** (t + 1)) + (1 - B1) * c * g / (1 - B1 ** t)) if nesterov else m / (1 - B1 ** t)
-        v_hat = v / (1 - B2 ** t)
+        m = g * (B1**k * (1 - B1**n) + scale * (1 - B1**k))
+        v = g**2 * (B2**k * (1 - B2**n) + scale**2 * (1 - B2**k))
+        m_hat = (B1 * m / (1 - B1 ** (t + 1)) + (1 - B1) * c * g / (1 - B1**t)) if nesterov else m / (1 - B1**t)
+        v_hat = v / (1 - B2**t)
         out.append(LR * np.linalg.norm(m_hat / (np.sqrt(v_hat) + EPS)))
     return np.asarray(out)
 
@@ -42,14 +43,15 @@ def test_plain_adam_matches_the_moment_recursions(grad, warm, scale):
     params = jax.tree.map(jnp.zeros_like, grad)
     after = 400
     labels = jax.tree.map(lambda x: "all_params", params)
-    norms = om.rescale_run(optax.adam(LR, b1=B1, b2=B2, eps=EPS), params, grad, warm=warm, after=after,
-                           scale=scale, labels=labels)["all"]
+    norms = om.rescale_run(
+        optax.adam(LR, b1=B1, b2=B2, eps=EPS), params, grad, warm=warm, after=after, scale=scale, labels=labels
+    )["all"]
     flat = np.concatenate([np.ravel(x) for x in jax.tree.leaves(grad)])
     expected = adam_closed_form(flat, warm, after, scale)
     np.testing.assert_allclose(norms, expected, rtol=2e-4)
     if scale < 1 and warm > 1:  # a warm state: the scaled gradient's step is proportionally small
         assert norms[warm + 100] < 3 * scale * norms[warm - 1]
-    if warm == 1:               # almost fresh: v̂ is still mostly the first gradient, so the step shrinks too
+    if warm == 1:  # almost fresh: v̂ is still mostly the first gradient, so the step shrinks too
         assert norms[warm + 100] < 0.05 * norms[0]
 
 
@@ -57,8 +59,10 @@ def test_first_update_is_scale_free(grad):
     """Adam's first update is m̂/√v̂ = g/|g| (sign descent): the scale cancels, as the fresh-state demos show."""
     params = jax.tree.map(jnp.zeros_like, grad)
     tx = optax.adam(LR)
-    first = [float(optax.tree.norm(tx.update(jax.tree.map(lambda x, s=s: s * x, grad), tx.init(params))[0]))
-             for s in (1.0, 1e-3)]
+    first = [
+        float(optax.tree.norm(tx.update(jax.tree.map(lambda x, s=s: s * x, grad), tx.init(params))[0]))
+        for s in (1.0, 1e-3)
+    ]
     np.testing.assert_allclose(first[1], first[0], rtol=1e-4)
     np.testing.assert_allclose(first[0], LR * np.sqrt(sum(x.size for x in jax.tree.leaves(grad))), rtol=1e-5)
 
@@ -73,10 +77,10 @@ def test_engine_optimizer_routes(grad):
     out = om.rescale_run(tx_lr, params, grad, warm=warm, after=after, scale=scale)
     assert set(out) == {"all", "muon", "adamw"}
     muon = out["muon"]
-    np.testing.assert_allclose(muon[warm:], muon[warm - 1], rtol=1e-3)   # Newton–Schulz drops the scale
+    np.testing.assert_allclose(muon[warm:], muon[warm - 1], rtol=1e-3)  # Newton–Schulz drops the scale
     expected = adam_closed_form(np.asarray(grad["b"]), warm, after, scale, nesterov=True)
     np.testing.assert_allclose(out["adamw"], expected, rtol=2e-4)
-    assert out["adamw"][warm + 100] < 2 * scale * out["adamw"][warm - 1]   # once β₁^k is below the scale
+    assert out["adamw"][warm + 100] < 2 * scale * out["adamw"][warm - 1]  # once β₁^k is below the scale
 
 
 def test_rescale_run_accepts_a_gradient_function(grad):

@@ -1,4 +1,5 @@
 """Methods have their own colours, apart from the symbol colours (p, q, u, p − q, p_old): the intro's promise."""
+
 from __future__ import annotations
 
 import itertools
@@ -10,7 +11,7 @@ from tpo_core.lab import figures
 
 
 def _rgb(hex_colour: str) -> np.ndarray:
-    return np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)]) / 255.0
+    return np.array([int(hex_colour[i : i + 2], 16) for i in (1, 3, 5)]) / 255.0
 
 
 def test_every_method_has_a_colour_far_from_every_symbol_colour():
@@ -24,7 +25,7 @@ def test_every_method_has_a_colour_far_from_every_symbol_colour():
 
 
 def test_the_methods_drawn_together_have_distinct_colours():
-    same = {frozenset(("tpo", "tpo_token")), frozenset(("grpo", "grpo_token"))}   # one method, two forms
+    same = {frozenset(("tpo", "tpo_token")), frozenset(("grpo", "grpo_token"))}  # one method, two forms
     for a, b in itertools.combinations(figures.METHOD_COLORS, 2):
         if frozenset((a, b)) in same:
             assert figures.color(a) == figures.color(b)

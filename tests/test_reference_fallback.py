@@ -1,5 +1,6 @@
 """Offline, the Table 3 comparison with the reference curves falls back to the one committed with the results
 (results/table3_paper_h10/summary.json), never to "unavailable" (review defect 17)."""
+
 from __future__ import annotations
 
 import json
@@ -44,7 +45,7 @@ def _ours():
 
 def test_offline_the_reference_file_is_not_found_and_nothing_is_written(no_reference, tmp_path, capsys):
     assert reference.reference_path() is None
-    assert no_reference == [reference.URL]                 # one download attempt, which failed
+    assert no_reference == [reference.URL]  # one download attempt, which failed
     assert "unavailable offline" in capsys.readouterr().err
     assert not (tmp_path / "cache" / "reference").exists()
 
@@ -57,10 +58,10 @@ def test_the_committed_comparison_stands_in_and_says_where_it_came_from(no_refer
     for m, d in cmp["methods"].items():
         ref = np.asarray(d["per_seed_final_ref"])
         assert len(ref) == d["n_ref"] == 20
-        assert d["final_ref"] == pytest.approx(ref.mean())                              # closed forms, here
+        assert d["final_ref"] == pytest.approx(ref.mean())  # closed forms, here
         assert d["final_ref_se"] == pytest.approx(ref.std(ddof=1) / np.sqrt(len(ref)))
         if m in ours and len(ours[m]) == block["methods"][m]["n_ours"]:
-            assert d == block["methods"][m]                   # the saved comparison, unchanged
+            assert d == block["methods"][m]  # the saved comparison, unchanged
         assert d["final_test"]["verdict"] in ("consistent", "inconsistent", "inconclusive")
 
 
@@ -75,7 +76,7 @@ def test_with_other_seed_counts_the_final_error_test_is_recomputed_from_the_save
         t = d["final_test"]
         assert t["diff"] == pytest.approx(final_o.mean() - final_r.mean())
         assert t["ci"][0] <= t["diff"] <= t["ci"][1]
-        assert "steps_test" not in d and "checkpoints" not in d     # those need the reference curves
+        assert "steps_test" not in d and "checkpoints" not in d  # those need the reference curves
 
 
 @pytest.mark.skipif(not SHARED_REFERENCE.exists(), reason="needs the reference file beside the repository")
@@ -100,20 +101,28 @@ def test_the_reproduction_page_offline_reads_the_committed_comparison(no_referen
     cells = [c for c in nb.cells if c.cell_type == "code" and "google.colab" not in c.source]
     last = next(i for i, c in enumerate(cells) if "seedwise.h10_comparison" in c.source)
     nb.cells = cells[: last + 1]
-    env_cell = ("import os, urllib.request\n"
-                "def _offline(*a, **k):\n    raise OSError('offline (test)')\n"
-                "urllib.request.urlopen = _offline\n")
+    env_cell = (
+        "import os, urllib.request\n"
+        "def _offline(*a, **k):\n    raise OSError('offline (test)')\n"
+        "urllib.request.urlopen = _offline\n"
+    )
     nb.cells.insert(0, nbformat.v4.new_code_cell(env_cell))
     monkeypatch.chdir(ROOT / "book")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))   # this tpo_core
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "book")}}).execute()
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))  # this tpo_core
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "book")}}
+    ).execute()
     streams = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "stream"]
     stdout = "\n".join(o["text"] for o in streams if o["name"] == "stdout")
     assert "summary.json" in stdout and "unavailable" not in stdout and "not computed" not in stdout
     stderr = "\n".join(o["text"] for o in streams if o["name"] == "stderr")
     assert "skipped" not in stderr and "unavailable" not in stderr
-    glued = {o["metadata"]["scrapbook"]["name"]: next(v for k, v in o["data"].items() if k.endswith("text/plain"))
-             for c in nb.cells for o in c.get("outputs", []) if o.get("metadata", {}).get("scrapbook")}
+    glued = {
+        o["metadata"]["scrapbook"]["name"]: next(v for k, v in o["data"].items() if k.endswith("text/plain"))
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if o.get("metadata", {}).get("scrapbook")
+    }
     assert glued["h10_verdict_tpo"].strip("'") in ("consistent", "inconsistent", "inconclusive")
     assert "summary.json" in glued["h10_ref_source"] and "summary.json" in glued["sw_source"]
     for name, text in glued.items():

@@ -3,6 +3,7 @@
 Every preset runs at its ``smoke`` budget in-process (tiny tasks; identical configurations across presets
 share one compiled program); CLI subprocess tests cover exit codes, atomic writes and resuming after a kill.
 """
+
 import hashlib
 import http.server
 import json
@@ -30,6 +31,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def dataset():
     from tpo_core.lab import mnist
+
     return mnist.load()
 
 
@@ -37,9 +39,8 @@ def dataset():
 # metrics and comparison, on hand-made curves
 # ---------------------------------------------------------------------------------------------
 def test_steps_to_uses_the_seed_mean_and_is_zero_based():
-    curves = np.array([[0.5, 0.02, 0.0, 0.0],
-                       [0.5, 0.00, 0.03, 0.0]])   # mean: 0.5, 0.01, 0.015, 0.0
-    assert stats.steps_to(curves) == 3               # 0.01 is not < 0.01
+    curves = np.array([[0.5, 0.02, 0.0, 0.0], [0.5, 0.00, 0.03, 0.0]])  # mean: 0.5, 0.01, 0.015, 0.0
+    assert stats.steps_to(curves) == 3  # 0.01 is not < 0.01
     assert stats.steps_to(curves, threshold=0.0101) == 1
     assert stats.steps_to(np.full((2, 5), 0.2)) is None
 
@@ -48,7 +49,7 @@ def test_measure_final_error_in_percent_with_seed_se():
     curves = np.array([[0.9, 0.10], [0.9, 0.30], [0.9, 0.20]])
     m = stats.measure(curves, "final_error")
     assert m["value"] == pytest.approx(20.0)
-    assert m["se"] == pytest.approx(10.0 / np.sqrt(3))   # sample std of (10, 30, 20) is 10
+    assert m["se"] == pytest.approx(10.0 / np.sqrt(3))  # sample std of (10, 30, 20) is 10
     assert m["per_seed"] == pytest.approx([10.0, 30.0, 20.0])
     assert np.isnan(stats.measure(curves[:1], "final_error")["se"])
     with pytest.raises(ValueError, match="metric"):
@@ -63,22 +64,25 @@ def test_measure_steps_bootstrap_se_is_zero_when_seeds_agree_and_positive_when_n
     assert stats.measure(spread, "steps_to_1pct")["se"] > 0
 
 
-@pytest.mark.parametrize("value,se,target,delta,target_se,expected", [
-    (7.0, 2.0, 7.4, 10.0, 0.0, "consistent"),       # CI of the difference [−4.3, 3.5] inside ±10
-    (45.0, 2.0, 7.4, 10.0, 0.0, "inconsistent"),    # 37.6 away, CI excludes 0
-    (7.0, 2.0, 7.4, 10.0, 4.0, "consistent"),       # the paper's SE widens it to ±8.8: still inside
-    (7.0, 6.0, 7.4, 10.0, 4.0, "inconclusive"),     # ±14.1: too wide to say
-    (20.0, 2.0, 7.4, 10.0, 0.0, "inconclusive"),    # differs (CI [8.7, 16.5] excludes 0) but not surely by > δ
-    (30.0, 2.0, 7.4, 10.0, 0.0, "inconsistent"),    # CI [18.7, 26.5]: entirely beyond δ
-    (97.0, 1.0, P.NEVER, 10.0, 0.0, "consistent"),  # "−" = above 95 %
-    (50.0, 5.0, P.NEVER, 10.0, 0.0, "inconsistent"),
-    (1.0, 0.5, ("<", 2.3), 1.0, 0.0, "consistent"),
-    (5.0, 0.5, ("<", 2.3), 1.0, 0.0, "inconsistent"),
-    (2.0, 1.0, ("<", 2.3), 1.0, 0.0, "inconclusive"),
-    (99.5, 0.1, (">", 99.0), 1.0, 0.0, "consistent"),
-    (7.0, float("nan"), 7.4, 10.0, 0.0, None),       # one seed: no SE, no verdict
-    (7.0, 1.0, None, 10.0, 0.0, None),
-])
+@pytest.mark.parametrize(
+    "value,se,target,delta,target_se,expected",
+    [
+        (7.0, 2.0, 7.4, 10.0, 0.0, "consistent"),  # CI of the difference [−4.3, 3.5] inside ±10
+        (45.0, 2.0, 7.4, 10.0, 0.0, "inconsistent"),  # 37.6 away, CI excludes 0
+        (7.0, 2.0, 7.4, 10.0, 4.0, "consistent"),  # the paper's SE widens it to ±8.8: still inside
+        (7.0, 6.0, 7.4, 10.0, 4.0, "inconclusive"),  # ±14.1: too wide to say
+        (20.0, 2.0, 7.4, 10.0, 0.0, "inconclusive"),  # differs (CI [8.7, 16.5] excludes 0) but not surely by > δ
+        (30.0, 2.0, 7.4, 10.0, 0.0, "inconsistent"),  # CI [18.7, 26.5]: entirely beyond δ
+        (97.0, 1.0, P.NEVER, 10.0, 0.0, "consistent"),  # "−" = above 95 %
+        (50.0, 5.0, P.NEVER, 10.0, 0.0, "inconsistent"),
+        (1.0, 0.5, ("<", 2.3), 1.0, 0.0, "consistent"),
+        (5.0, 0.5, ("<", 2.3), 1.0, 0.0, "inconsistent"),
+        (2.0, 1.0, ("<", 2.3), 1.0, 0.0, "inconclusive"),
+        (99.5, 0.1, (">", 99.0), 1.0, 0.0, "consistent"),
+        (7.0, float("nan"), 7.4, 10.0, 0.0, None),  # one seed: no SE, no verdict
+        (7.0, 1.0, None, 10.0, 0.0, None),
+    ],
+)
 def test_verdict_can_agree_disagree_or_say_inconclusive(value, se, target, delta, target_se, expected):
     assert stats.verdict(value, se, target, delta, target_se) == expected
 
@@ -92,14 +96,14 @@ def test_steps_verdict_on_never():
     assert stats.steps_verdict(None, P.NEVER, 1000) == "consistent"
     assert stats.steps_verdict(120, P.NEVER, 1000) == "inconsistent"
     assert stats.steps_verdict(None, 58, 1000) == "inconsistent"
-    assert stats.steps_verdict(60, 58, 1000) is None          # both numbers: the interval rule decides
+    assert stats.steps_verdict(60, 58, 1000) is None  # both numbers: the interval rule decides
 
 
 def test_permutation_test_and_bootstrap_ci_on_synthetic_samples():
     a = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
-    assert stats.permutation_test(a, a.copy()) == pytest.approx(1.0)   # identical samples: every relabeling ties
+    assert stats.permutation_test(a, a.copy()) == pytest.approx(1.0)  # identical samples: every relabeling ties
     far = stats.permutation_test(a, a + 100.0, n_perm=5000)
-    assert far < 0.02                                  # only the 2 of C(10,5)=252 extreme splits are as extreme
+    assert far < 0.02  # only the 2 of C(10,5)=252 extreme splits are as extreme
     lo, hi = stats.bootstrap_diff_ci(a + 10.0, a)
     assert lo <= 10.0 <= hi and 7.0 < lo and hi < 13.0
     rng = np.random.default_rng(1)
@@ -107,7 +111,10 @@ def test_permutation_test_and_bootstrap_ci_on_synthetic_samples():
     clear_diff = stats.two_sample_verdict(rng.normal(5, 1, 40), rng.normal(15, 1, 40), resolution=2.0)
     unclear = stats.two_sample_verdict(rng.normal(5, 20, 3), rng.normal(5, 20, 3), resolution=2.0)
     assert (clear_same["verdict"], clear_diff["verdict"], unclear["verdict"]) == (
-        "consistent", "inconsistent", "inconclusive")
+        "consistent",
+        "inconsistent",
+        "inconclusive",
+    )
     assert stats.two_sample_verdict([1.0], [1.0, 2.0], 1.0)["verdict"] == "inconclusive"
 
 
@@ -115,28 +122,41 @@ def test_seed_se_and_per_seed_steps():
     assert stats.seed_se([10.0, 30.0, 20.0]) == pytest.approx(10.0 / np.sqrt(3))
     assert np.isnan(stats.seed_se([1.0]))
     c = np.array([[0.5, 0.05, 0.0], [0.5, 0.5, 0.5]])
-    np.testing.assert_array_equal(stats.per_seed_steps_to(c, 0.1), [1, 3])   # never: censored at T = 3
+    np.testing.assert_array_equal(stats.per_seed_steps_to(c, 0.1), [1, 3])  # never: censored at T = 3
 
 
 def test_presets_cover_the_paper_and_know_its_numbers():
-    assert set(PRESETS) == {"mnist", "table1", "table2", "table3", "anchor", "k_sweep", "epoch_sweep",
-                            "grpo_masked", "eta_sweep", "dapo", "std_noise"}
+    assert set(PRESETS) == {
+        "mnist",
+        "table1",
+        "table2",
+        "table3",
+        "anchor",
+        "k_sweep",
+        "epoch_sweep",
+        "grpo_masked",
+        "eta_sweep",
+        "dapo",
+        "std_noise",
+    }
     runs, _ = get("table3").runs("paper")
     assert len(runs) == 40 and all(r.seeds == tuple(range(20)) and r.cfg.episodes == 2000 for r in runs)
     by_key = {r.key: r for r in runs}
     assert by_key["ppo H=10 I"].cfg.B == 800 and by_key["ppo H=10 P"].cfg.B == 100
-    assert by_key["tpo H=10 I"].cfg == by_key["tpo H=10 P"].cfg          # group methods: I == P
+    assert by_key["tpo H=10 I"].cfg == by_key["tpo H=10 P"].cfg  # group methods: I == P
     p = get("table3").paper
     assert p(by_key["tpo H=10 P"].label, "final_error") == 7.4
     assert p(by_key["grpo H=9 I"].label, "final_error") == 36.2
     assert p(by_key["dg H=10 P"].label, "final_error") == P.NEVER
-    assert p(dict(method="tpo", H=6, setting="P"), "final_error") is None   # no clamping to another H
+    assert p(dict(method="tpo", H=6, setting="P"), "final_error") is None  # no clamping to another H
     assert P.TABLE3[("tpo", 7, "I")] == 1.8 and P.TABLE3[("grpo", 10, "I")] == 48.7
     t1, _ = get("table1").runs("paper")
     assert {(r.method, r.cfg.V) for r in t1} == set(P.TABLE1)
     assert get("table1").paper(dict(method="grpo_token", V=2), "steps_to_1pct") == 904
     mn, _ = get("mnist").runs("paper")
-    assert [r.method for r in mn] == list(presets.MNIST_METHODS) and mn[0].cfg.steps == 10_000 and len(mn[0].seeds) == 20
+    assert (
+        [r.method for r in mn] == list(presets.MNIST_METHODS) and mn[0].cfg.steps == 10_000 and len(mn[0].seeds) == 20
+    )
     ks, _ = get("k_sweep").runs("paper")
     assert {r.cfg.K for r in ks} == {4, 8, 16, 32, 64} and all(r.cfg.H == 8 and r.cfg.B == 256 for r in ks)
     for name, preset in PRESETS.items():
@@ -149,7 +169,9 @@ def test_presets_cover_the_paper_and_know_its_numbers():
 def test_only_the_papers_own_setting_is_comparable():
     t3 = get("table3")
     h10 = {r.key: r for r in t3.runs("paper-h10")[0]}
-    assert set(h10) == {"tpo H=10 P", "grpo H=10 P"} and all(r.seed_batch == 1 and len(r.seeds) == 20 for r in h10.values())
+    assert set(h10) == {"tpo H=10 P", "grpo H=10 P"} and all(
+        r.seed_batch == 1 and len(r.seeds) == 20 for r in h10.values()
+    )
     assert all(t3.comparable(r) for r in h10.values())
     assert all(t3.comparable(r) for r in t3.runs("paper-h7")[0])
     assert not any(t3.comparable(r) for b in ("smoke", "cpu") for r in t3.runs(b)[0])
@@ -165,13 +187,14 @@ def test_paper_tables_are_rendered_from_the_one_copy():
     assert "| TPO_token | 58 | 74 | 103 | 102 |" in md
     assert "| bag | reverse copy | 55 | 352 | 202 | − |" in md
     from demos import paper
+
     assert paper.PAPER_TABLES == md
 
 
 def test_a_number_read_off_a_figure_is_labelled_so_wherever_it_is_shown():
     from tpo_core.lab.reproduce import paper_numbers as P
 
-    assert P.MNIST_READ_OFF_FIGURE == {"dg"}           # the paper's text gives no final error for DG (§3.3)
+    assert P.MNIST_READ_OFF_FIGURE == {"dg"}  # the paper's text gives no final error for DG (§3.3)
     assert P.mnist_text("dg") == "≈ 3.2 % (read off Fig. 4)" and P.mnist_text("tpo") == "2.9 %"
     assert "DG ≈ 3.2 % (read off Fig. 4)" in report.paper_tables_markdown()
     assert "DG ≈ 3.2% (read off Fig. 4)" in PRESETS["mnist"].claim
@@ -183,7 +206,7 @@ def test_bad_names_and_budgets_raise_value_errors_naming_them():
     with pytest.raises(ValueError, match="budget"):
         get("table3").runs("huge")
     with pytest.raises(ValueError, match="budget"):
-        get("mnist").runs("paper-h10")   # Table 3's budget only
+        get("mnist").runs("paper-h10")  # Table 3's budget only
 
 
 def test_padded_seeds_fill_every_device():
@@ -224,8 +247,8 @@ def test_every_preset_runs_at_smoke_budget(name, tmp_path, dataset):
         assert not row["comparable"] and row["verdict"] is None
         assert row["paper_text"] == "no paper number at this setting"
     html = (tmp_path / "figure.html").read_text()
-    assert "<script" in html and not re.search(r"<script[^>]*\ssrc=", html)   # no external script
-    assert len(html) > 1_000_000                                                # plotly.js inlined
+    assert "<script" in html and not re.search(r"<script[^>]*\ssrc=", html)  # no external script
+    assert len(html) > 1_000_000  # plotly.js inlined
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -251,7 +274,7 @@ def test_resume_skips_finished_runs_and_retrains_a_stale_one(tmp_path, dataset):
     stale = tmp_path / runs[1].filename
     with np.load(stale) as f:
         arrays = dict(f)
-    arrays["config_hash"] = np.array("0" * 16)            # as if written for another configuration
+    arrays["config_hash"] = np.array("0" * 16)  # as if written for another configuration
     np.savez(stale, **arrays)
     before = {r.filename: (tmp_path / r.filename).stat().st_mtime_ns for r in runs}
     messages = []
@@ -274,8 +297,8 @@ def test_std_noise_hook_changes_training_only_when_on():
     zero = train.train_tokens(base.replace(reward_noise=0.0), seeds=(0,))
     noisy = train.train_tokens(base.replace(reward_noise=0.5), seeds=(0,))
     np.testing.assert_array_equal(clean["loss"], zero["loss"])
-    assert clean["error"][0, 0] == noisy["error"][0, 0]          # same rollout before any update
-    assert not np.allclose(clean["loss"], noisy["loss"])         # the method saw different scores
+    assert clean["error"][0, 0] == noisy["error"][0, 0]  # same rollout before any update
+    assert not np.allclose(clean["loss"], noisy["loss"])  # the method saw different scores
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,16 +306,57 @@ def test_std_noise_hook_changes_training_only_when_on():
 # ---------------------------------------------------------------------------------------------
 def _fake_summary(preset="table3", budget="paper-h10"):
     base = dict(metric="final_error", per_seed=[], seeds=list(range(8)), length=2000, comparable=True, resolution=21.5)
-    rows = [dict(base, key="tpo H=10 P", method="tpo", labels=dict(method="tpo", H=10, setting="P"), ours=7.1, se=2.0,
-                 paper=7.4, paper_text="7.4", paper_se=3.96, verdict="consistent"),
-            dict(base, key="grpo H=10 P", method="grpo", labels=dict(method="grpo", H=10, setting="P"), ours=95.0,
-                 se=1.0, paper=50.4, paper_text="50.4", paper_se=9.93, verdict="inconsistent"),
-            dict(base, key="tpo H=6 P", method="tpo", labels=dict(method="tpo", H=6, setting="P"), ours=1.0, se=1.0,
-                 paper=None, paper_text="no paper number at this setting", paper_se=None, verdict=None,
-                 comparable=False)]
-    return dict(preset=preset, title="Table 3", claim="claim text", budget=budget, budget_note="note",
-                paper_setting="setting", command="python -m tpo_core reproduce table3", rows=rows, devices=1,
-                train_seconds=1.0)
+    rows = [
+        dict(
+            base,
+            key="tpo H=10 P",
+            method="tpo",
+            labels=dict(method="tpo", H=10, setting="P"),
+            ours=7.1,
+            se=2.0,
+            paper=7.4,
+            paper_text="7.4",
+            paper_se=3.96,
+            verdict="consistent",
+        ),
+        dict(
+            base,
+            key="grpo H=10 P",
+            method="grpo",
+            labels=dict(method="grpo", H=10, setting="P"),
+            ours=95.0,
+            se=1.0,
+            paper=50.4,
+            paper_text="50.4",
+            paper_se=9.93,
+            verdict="inconsistent",
+        ),
+        dict(
+            base,
+            key="tpo H=6 P",
+            method="tpo",
+            labels=dict(method="tpo", H=6, setting="P"),
+            ours=1.0,
+            se=1.0,
+            paper=None,
+            paper_text="no paper number at this setting",
+            paper_se=None,
+            verdict=None,
+            comparable=False,
+        ),
+    ]
+    return dict(
+        preset=preset,
+        title="Table 3",
+        claim="claim text",
+        budget=budget,
+        budget_note="note",
+        paper_setting="setting",
+        command="python -m tpo_core reproduce table3",
+        rows=rows,
+        devices=1,
+        train_seconds=1.0,
+    )
 
 
 def test_report_markdown_and_html_show_ours_paper_both_ses_and_the_verdict(tmp_path):
@@ -325,7 +389,7 @@ def test_compare_reference_accepts_its_own_seeds_and_rejects_grpo_as_tpo(referen
     wrong = reference.compare_reference({"tpo": ref["grpo"]}, reference_npz)["methods"]["tpo"]
     assert wrong["final_test"]["verdict"] == "inconsistent" and wrong["final_test"]["p_value"] < 0.01
     few = reference.compare_reference({"grpo": ref["grpo"][:2]}, reference_npz)["methods"]["grpo"]
-    assert few["final_test"]["verdict"] == "inconclusive"      # two bimodal seeds cannot resolve 21.5 points
+    assert few["final_test"]["verdict"] == "inconclusive"  # two bimodal seeds cannot resolve 21.5 points
     short = reference.compare_reference({"grpo": ref["grpo"][:, :600]}, reference_npz)["methods"]["grpo"]
     assert short["checkpoints"][1]["ours"] is not None and short["checkpoints"][2]["ours"] is None
     assert not short["comparable"]
@@ -351,14 +415,14 @@ def test_reference_download_verifies_the_checksum_over_a_local_server(tmp_path, 
         good = hashlib.sha256(payload).hexdigest()
         assert reference.download(tmp_path / "a" / "ref.npz", url, expected=good)
         assert (tmp_path / "a" / "ref.npz").read_bytes() == payload
-        assert not reference.download(tmp_path / "b" / "ref.npz", url, expected="0" * 64)   # wrong checksum
+        assert not reference.download(tmp_path / "b" / "ref.npz", url, expected="0" * 64)  # wrong checksum
         assert not (tmp_path / "b" / "ref.npz").exists()
         assert not reference.download(tmp_path / "c" / "ref.npz", url.replace("ref.npz", "missing.npz"))
     finally:
         server.shutdown()
     monkeypatch.delenv("TPO_REFERENCE_NPZ", raising=False)
     monkeypatch.setenv("TPO_CACHE_DIR", str(tmp_path / "cache"))
-    assert reference.reference_path(url="http://127.0.0.1:9/nothing") is None        # offline: one line
+    assert reference.reference_path(url="http://127.0.0.1:9/nothing") is None  # offline: one line
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unavailable offline" in err[0]
 
@@ -368,13 +432,19 @@ def test_reference_download_verifies_the_checksum_over_a_local_server(tmp_path, 
 # ---------------------------------------------------------------------------------------------
 def _cli(*args, **kw):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "tpo_core", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "tpo_core", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, **kw
+    )
 
 
 def test_cli_bad_input_exits_2_with_one_line(tmp_path):
-    for args in (["reproduce", "table9"], ["reproduce", "mnist", "--budget", "huge"], ["reproduce"],
-                 ["report", str(tmp_path)], ["report", str(tmp_path), "--out", "x.txt"]):
+    for args in (
+        ["reproduce", "table9"],
+        ["reproduce", "mnist", "--budget", "huge"],
+        ["reproduce"],
+        ["report", str(tmp_path)],
+        ["report", str(tmp_path), "--out", "x.txt"],
+    ):
         r = _cli(*args)
         assert r.returncode == 2, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error:"), (args, r.stderr)
@@ -403,14 +473,30 @@ sys.exit(cli.main(sys.argv[1:]))
 def test_cli_interrupted_run_leaves_no_partial_file_and_resumes(tmp_path):
     out = tmp_path / "mnist"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-c", _INTERRUPT_AFTER_FIRST_FILE, "reproduce", "mnist", "--budget",
-                           "smoke", "--out", str(out), "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _INTERRUPT_AFTER_FIRST_FILE,
+            "reproduce",
+            "mnist",
+            "--budget",
+            "smoke",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip().splitlines()[-1:] == ["interrupted"], proc.stderr
     finished = sorted(p.name for p in out.glob("*.npz"))
-    assert len(finished) == 1 and not (out / "summary.json").exists()          # the first run kept, nothing after
-    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]          # no half-written file
+    assert len(finished) == 1 and not (out / "summary.json").exists()  # the first run kept, nothing after
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # no half-written file
     r = _cli("reproduce", "mnist", "--budget", "smoke", "--out", str(out), "--quiet")
     assert r.returncode == 0, r.stderr
     assert sum("skipped" in line for line in r.stderr.splitlines()) >= len(finished)
@@ -454,49 +540,68 @@ print("DONE")
 
 def test_a_killed_per_seed_run_resumes_without_losing_or_duplicating_a_seed(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    clean = subprocess.run([sys.executable, "-c", TINY_PRESET, str(tmp_path / "clean")], env=env, cwd=ROOT,
-                           capture_output=True, text=True, timeout=600)
+    clean = subprocess.run(
+        [sys.executable, "-c", TINY_PRESET, str(tmp_path / "clean")],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert clean.returncode == 0 and "DONE" in clean.stdout, clean.stderr[-2000:]
     out = tmp_path / "killed"
-    killed = subprocess.run([sys.executable, "-c", TINY_PRESET, str(out), "kill"], env=env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]        # no cleanup of any kind
+    killed = subprocess.run(
+        [sys.executable, "-c", TINY_PRESET, str(out), "kill"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]  # no cleanup of any kind
     done_before = sorted(str(p.relative_to(out)) for p in out.glob("*.seeds/seed_*.npz"))
     assert done_before == ["grpo_H_3.seeds/seed_0.npz", "tpo_H_3.seeds/seed_0.npz"]
-    assert len(list((out / ".checkpoints").glob("*.npz"))) == 1               # the third seed's, at 12 of 40
+    assert len(list((out / ".checkpoints").glob("*.npz"))) == 1  # the third seed's, at 12 of 40
     # nothing half-written survives: every result or checkpoint file is complete (a SIGKILL during a write
     # can leave only the writer's hidden temporary file, which no reader opens and the resume removes)
     for p in out.rglob("*.npz"):
         with np.load(p) as f:
             assert f.files, p
-    again = subprocess.run([sys.executable, "-c", TINY_PRESET, str(out)], env=env, cwd=ROOT,
-                           capture_output=True, text=True, timeout=600)
+    again = subprocess.run(
+        [sys.executable, "-c", TINY_PRESET, str(out)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert again.returncode == 0, again.stderr[-2000:]
-    assert "at 12/40" in again.stderr, again.stderr[-2000:]                  # the third seed went on from its checkpoint
+    assert "at 12/40" in again.stderr, again.stderr[-2000:]  # the third seed went on from its checkpoint
     files = sorted(str(p.relative_to(out)) for p in out.glob("*.seeds/seed_*.npz"))
     assert files == sorted(f"{m}_H_3.seeds/seed_{s}.npz" for m in ("tpo", "grpo") for s in range(3))
-    for f in files:                               # the resumed seeds are the seeds an uninterrupted run trains
+    for f in files:  # the resumed seeds are the seeds an uninterrupted run trains
         with np.load(out / f) as a, np.load(tmp_path / "clean" / f) as b:
             np.testing.assert_array_equal(a["seeds"], b["seeds"])
             np.testing.assert_array_equal(a["curve_loss"], b["curve_loss"])
-    for f in done_before:                         # finished seeds were not retrained
+    for f in done_before:  # finished seeds were not retrained
         assert f in files
     summary = json.loads((out / "summary.json").read_text())
     assert [len(r["seeds"]) for r in summary["rows"]] == [3, 3]
     assert not list((out / ".checkpoints").glob("*.npz")) if (out / ".checkpoints").exists() else True
-    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]   # the resume cleared any stale temp file
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]  # the resume cleared any stale temp file
 
 
 def test_processes_sharing_a_reproduction_with_only_train_their_own_runs_and_the_last_writes_the_summary(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     cfg = dict(H=3, B=4, K=4, episodes=8, d_model=16, layers=1, ffn=32, track=0, reward="terminal")
 
     def build(budget):
-        return [Run(f"{m} H=3", TokenConfig(method=m, **cfg), (0, 1), (("method", m),), seed_batch=1)
-                for m in ("tpo", "grpo")], "tiny"
+        return [
+            Run(f"{m} H=3", TokenConfig(method=m, **cfg), (0, 1), (("method", m),), seed_batch=1)
+            for m in ("tpo", "grpo")
+        ], "tiny"
 
-    monkeypatch.setitem(PRESETS, "tiny_only", presets.Preset("tiny_only", "tiny", "claim", ("final_error",), build,
-                                                             lambda lab, met: None, "none"))
+    monkeypatch.setitem(
+        PRESETS,
+        "tiny_only",
+        presets.Preset("tiny_only", "tiny", "claim", ("final_error",), build, lambda lab, met: None, "none"),
+    )
     trained = []
     real = runner.execute
 
@@ -506,8 +611,9 @@ def test_processes_sharing_a_reproduction_with_only_train_their_own_runs_and_the
 
     monkeypatch.setattr(runner, "execute", spy)
     messages = []
-    first = runner.run_preset("tiny_only", "smoke", tmp_path, chunk=4, progress=False, only=["tpo_H_3"],
-                              log=messages.append)
+    first = runner.run_preset(
+        "tiny_only", "smoke", tmp_path, chunk=4, progress=False, only=["tpo_H_3"], log=messages.append
+    )
     assert first is None and not (tmp_path / "summary.json").exists()
     assert trained == [("tpo H=3", (0,)), ("tpo H=3", (1,))]
     assert any("grpo H=3 seed 0" in m and "no summary" in m for m in messages)
@@ -517,17 +623,18 @@ def test_processes_sharing_a_reproduction_with_only_train_their_own_runs_and_the
     assert list(done) == ["tpo H=3"] and done["tpo H=3"][0] == [0, 1]
     assert done["tpo H=3"][1]["error"].shape == (2, 8)
     trained.clear()
-    (tmp_path / "tpo_H_3.seeds" / "seed_1.npz").rename(tmp_path / "seed_1.npz")   # as if seed 1 were running
+    (tmp_path / "tpo_H_3.seeds" / "seed_1.npz").rename(tmp_path / "seed_1.npz")  # as if seed 1 were running
     progress = runner.run_preset("tiny_only", "smoke", tmp_path, progress=False, partial=True, log=messages.append)
     (tmp_path / "seed_1.npz").rename(tmp_path / "tpo_H_3.seeds" / "seed_1.npz")
-    assert trained == [] and progress["partial"] is True                  # nothing trained, one seed summarised
+    assert trained == [] and progress["partial"] is True  # nothing trained, one seed summarised
     assert [(r["key"], r["seeds"]) for r in progress["rows"]] == [("tpo H=3", [0])]
     assert "(in progress: tpo H=3 1 seed so far)" in report.to_markdown([progress])
     with pytest.raises(ValueError, match="partial: .* holds no finished seed"):
         runner.run_preset("tiny_only", "smoke", tmp_path / "empty", progress=False, partial=True)
-    second = runner.run_preset("tiny_only", "smoke", tmp_path, chunk=4, progress=False, only=["grpo H=3"],
-                               log=messages.append)
-    assert trained == [("grpo H=3", (0,)), ("grpo H=3", (1,))]       # the other process's seeds are reused
+    second = runner.run_preset(
+        "tiny_only", "smoke", tmp_path, chunk=4, progress=False, only=["grpo H=3"], log=messages.append
+    )
+    assert trained == [("grpo H=3", (0,)), ("grpo H=3", (1,))]  # the other process's seeds are reused
     assert {p: p.stat().st_mtime_ns for p in tpo_files} == tpo_files
     assert [(r["key"], len(r["seeds"])) for r in second["rows"]] == [("tpo H=3", 2), ("grpo H=3", 2)]
     saved = json.loads((tmp_path / "summary.json").read_text())
@@ -538,8 +645,12 @@ def test_processes_sharing_a_reproduction_with_only_train_their_own_runs_and_the
 
 
 def test_a_batch_interrupted_mid_run_resumes_at_its_next_chunk_with_identical_results(tmp_path):
-    run = Run("tpo", TokenConfig(method="tpo", H=3, B=4, K=4, episodes=30, d_model=16, layers=1, ffn=32, track=0),
-              (0,), seed_batch=1)
+    run = Run(
+        "tpo",
+        TokenConfig(method="tpo", H=3, B=4, K=4, episodes=30, d_model=16, layers=1, ffn=32, track=0),
+        (0,),
+        seed_batch=1,
+    )
     ckpt = tmp_path / "ckpt.npz"
 
     class Stop(Exception):
@@ -563,7 +674,7 @@ def test_a_batch_interrupted_mid_run_resumes_at_its_next_chunk_with_identical_re
     assert messages == ["resumed from ckpt.npz at 15/30"] and not ckpt.exists()
     for k in whole:
         np.testing.assert_array_equal(whole[k], resumed[k], err_msg=k)
-    other = Run("tpo", run.cfg.replace(eta=2.0), (0,), seed_batch=1)    # a checkpoint of another config is ignored
+    other = Run("tpo", run.cfg.replace(eta=2.0), (0,), seed_batch=1)  # a checkpoint of another config is ignored
     with pytest.raises(Stop):
         runner.execute([run], (0,), chunk=5, bar=StopAt(15), checkpoint=ckpt)
     messages.clear()
@@ -573,6 +684,7 @@ def test_a_batch_interrupted_mid_run_resumes_at_its_next_chunk_with_identical_re
 
 def test_remove_stale_temps_removes_only_the_temporaries_of_that_file(tmp_path):
     from tpo_core.lab import atomic_io
+
     target = tmp_path / "seed_1.npz"
     atomic_io.write_npz(target, x=np.arange(3))
     stale = [tmp_path / ".seed_1.npz.ab12cd.tmp", tmp_path / ".seed_1.npz.zz.tmp"]

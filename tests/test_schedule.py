@@ -1,5 +1,6 @@
 """The suite's xdist schedule (tests/schedule.py) does what it says, run with the Makefile's own flags on three
 small files: each file on one worker, the longest file (the book's) first in collection and first on its worker."""
+
 from __future__ import annotations
 
 import collections
@@ -46,8 +47,7 @@ def _pytest(where, *args) -> str:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     env.pop("PYTEST_XDIST_WORKER", None)
     cmd = [sys.executable, "-m", "pytest", "-p", "xdist", "-p", "no:cacheprovider", "--rootdir", str(where), *args]
-    proc = subprocess.run(cmd,
-                          cwd=where, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
@@ -55,7 +55,9 @@ def _pytest(where, *args) -> str:
 def test_the_suite_distributes_whole_files_and_no_private_scheduler():
     assert suite_xdist_flags() == ["--no-loadscope-reorder", "--dist", "loadfile"]
     assert "test_book" == schedule.SLOWEST_FIRST[0]
-    assert not (ROOT / "tests" / "test_book_build.py").exists() and not (ROOT / "tests" / "test_book_browser.py").exists()
+    assert (
+        not (ROOT / "tests" / "test_book_build.py").exists() and not (ROOT / "tests" / "test_book_browser.py").exists()
+    )
     conftest = (ROOT / "tests" / "conftest.py").read_text()
     assert "pytest_xdist_make_scheduler" not in conftest and "_split_scope" not in conftest
 
@@ -64,7 +66,11 @@ def test_collection_puts_the_listed_files_first_and_keeps_each_file_in_order(thr
     out = _pytest(three_files, "-n", "0", "--collect-only", "-q")
     ids = [ln for ln in out.splitlines() if "::" in ln]
     assert ids == [f"test_book.py::test_page[{i}]" for i in range(4)] + [
-        "test_aa.py::test_one", "test_aa.py::test_two", "test_zz.py::test_one", "test_zz.py::test_two"]
+        "test_aa.py::test_one",
+        "test_aa.py::test_two",
+        "test_zz.py::test_one",
+        "test_zz.py::test_two",
+    ]
 
 
 def test_two_workers_run_each_file_whole_and_the_book_first_on_its_worker(three_files):

@@ -1,5 +1,6 @@
 """tpo_core.lab.reproduce.seedwise: per-seed statistics, the rank and Fisher tests, the permutation test's calibration,
 the seed-wise rule, and its use on Table 3's H = 10 runs (committed seeds and the reference's file)."""
+
 import itertools
 import json
 import math
@@ -16,10 +17,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # -- per-seed statistics -------------------------------------------------------------------------------------------
 def test_per_seed_statistics_match_hand_computed_values():
-    steps_down = [1.0] * 5 + [0.5] * 5 + [0.1] * 5 + [0.0] * 5           # T = 20: late phase = episodes 10..19
-    blip = [1.0] * 3 + [0.04] + [1.0] * 16                                # solved once at episode 3, then relapsed
+    steps_down = [1.0] * 5 + [0.5] * 5 + [0.1] * 5 + [0.0] * 5  # T = 20: late phase = episodes 10..19
+    blip = [1.0] * 3 + [0.04] + [1.0] * 16  # solved once at episode 3, then relapsed
     stuck = [0.5] * 20
-    st = sw.per_seed(np.array([steps_down, blip, stuck], np.float32))     # float32 0.1: still "at or below 10 %"
+    st = sw.per_seed(np.array([steps_down, blip, stuck], np.float32))  # float32 0.1: still "at or below 10 %"
     np.testing.assert_allclose(st["final"], [100 * (5 * 0.1) / 10, 100.0, 50.0], atol=1e-4)
     np.testing.assert_allclose(st["late"], [5.0, 100.0, 50.0], atol=1e-4)
     np.testing.assert_array_equal(st["steps"], [10.0, 3.0, np.inf])
@@ -49,7 +50,7 @@ def test_mann_whitney_on_tiny_cases_by_hand():
     # n = 2 + 3 without ties: U counts 0..6 arise in 1, 1, 2, 2, 2, 1, 1 of the C(5, 2) = 10 labelings
     r = sw.mann_whitney([1, 2], [3, 4, 5])
     assert r["U"] == 0 and r["p"] == pytest.approx(2 / 10) and r["method"] == "exact"
-    r = sw.mann_whitney([1, 4], [2, 3, 5])                             # U = 2: all but the 2 labelings with U = 3
+    r = sw.mann_whitney([1, 4], [2, 3, 5])  # U = 2: all but the 2 labelings with U = 3
     assert r["U"] == 2 and r["p"] == pytest.approx(8 / 10)
     # ties: pooled (1, 2, 2, 2, 3) has midranks (1, 3, 3, 3, 5); a = (1, 2, 2) has rank sum 7 against E = 9. Of the
     # 10 labelings, rank sums 7 (3 ways) and 11 (3 ways) are at least 2 from 9: p = 6/10
@@ -74,11 +75,11 @@ def test_mann_whitney_agrees_with_scipy():
     scipy_stats = pytest.importorskip("scipy.stats", reason="scipy (a dependency of scikit-learn) is not installed")
     rng = np.random.default_rng(3)
     for n1, n2, shift in ((7, 9, 0.4), (9, 20, 1.0), (20, 20, 0.8), (3, 12, 0.0)):
-        a, b = rng.normal(size=n1), rng.normal(size=n2) + shift       # continuous: no ties
+        a, b = rng.normal(size=n1), rng.normal(size=n2) + shift  # continuous: no ties
         for method in ("exact", "asymptotic"):
             ours, ref = sw.mann_whitney(a, b, method), scipy_stats.mannwhitneyu(a, b, method=method)
             assert ours["U"] == pytest.approx(ref.statistic) and ours["p"] == pytest.approx(ref.pvalue, rel=1e-9)
-    a = np.r_[rng.integers(0, 5, 12), np.inf, np.inf]                 # ties and "never" (+inf), as steps to 10 %
+    a = np.r_[rng.integers(0, 5, 12), np.inf, np.inf]  # ties and "never" (+inf), as steps to 10 %
     b = np.r_[rng.integers(2, 7, 15), np.inf]
     ours, ref = sw.mann_whitney(a, b, "asymptotic"), scipy_stats.mannwhitneyu(a, b, method="asymptotic")
     assert ours["U"] == pytest.approx(ref.statistic) and ours["p"] == pytest.approx(ref.pvalue, rel=1e-9)
@@ -88,8 +89,10 @@ def test_mann_whitney_agrees_with_scipy():
 # -- Fisher --------------------------------------------------------------------------------------------------------
 def _hypergeometric_two_sided(a, b, c, d):
     r1, c1, n = a + b, a + c, a + b + c + d
-    pmf = {x: math.comb(c1, x) * math.comb(n - c1, r1 - x) / math.comb(n, r1)
-           for x in range(max(0, r1 + c1 - n), min(r1, c1) + 1)}
+    pmf = {
+        x: math.comb(c1, x) * math.comb(n - c1, r1 - x) / math.comb(n, r1)
+        for x in range(max(0, r1 + c1 - n), min(r1, c1) + 1)
+    }
     return sum(p for p in pmf.values() if p <= pmf[a] * (1 + 1e-12))
 
 
@@ -125,13 +128,13 @@ def test_the_permutation_test_and_the_rank_test_are_calibrated():
 
 # -- the rule ------------------------------------------------------------------------------------------------------
 def test_the_rule_on_p_values():
-    assert sw.rule(9, 20, 1e-6, 1e-6, 1e-6)[0] == sw.TOO_FEW                   # seeds first, whatever the p-values
+    assert sw.rule(9, 20, 1e-6, 1e-6, 1e-6)[0] == sw.TOO_FEW  # seeds first, whatever the p-values
     assert sw.rule(20, sw.MIN_SEEDS - 1, 0.5, 0.5, 0.5)[0] == sw.TOO_FEW
-    assert sw.rule(16, 16, 0.009, 0.9, 0.9)[0] == sw.DIFFERS                    # the late phase alone, p < 0.01
-    assert sw.rule(20, 20, 0.03, 0.04, 0.9)[0] == sw.DIFFERS                    # 0.01 <= p < 0.05, final backs it
-    assert sw.rule(20, 20, 0.03, 0.9, 0.02)[0] == sw.DIFFERS                    # ... or the never-solved count
-    assert sw.rule(20, 20, 0.03, 0.2, 0.2)[0] == sw.CONSISTENT                  # nothing backs it
-    assert sw.rule(20, 20, 0.2, 1e-4, 1e-4)[0] == sw.CONSISTENT                 # the late phase comes first
+    assert sw.rule(16, 16, 0.009, 0.9, 0.9)[0] == sw.DIFFERS  # the late phase alone, p < 0.01
+    assert sw.rule(20, 20, 0.03, 0.04, 0.9)[0] == sw.DIFFERS  # 0.01 <= p < 0.05, final backs it
+    assert sw.rule(20, 20, 0.03, 0.9, 0.02)[0] == sw.DIFFERS  # ... or the never-solved count
+    assert sw.rule(20, 20, 0.03, 0.2, 0.2)[0] == sw.CONSISTENT  # nothing backs it
+    assert sw.rule(20, 20, 0.2, 1e-4, 1e-4)[0] == sw.CONSISTENT  # the late phase comes first
     assert sw.rule(20, 20, sw.P_WEAK, 0.0, 0.0)[0] == sw.CONSISTENT
     # two methods of one code: the same outcome has its own word, and an unknown word is refused
     assert sw.rule(20, 20, 0.2, 0.2, 0.2, same=sw.NO_DIFFERENCE)[0] == sw.NO_DIFFERENCE
@@ -163,7 +166,7 @@ def test_the_rules_three_outcomes_on_constructed_curves():
     st = differs["statistics"]
     assert st["solved"]["table"] == [[1, 19], [12, 8]] and st["steps"]["never_b"] == 12
     assert st["steps"]["b"].count(None) == 12 and st["steps"]["mean_b"] > st["steps"]["mean_a"]
-    json.dumps(differs, allow_nan=False)                                    # plain JSON: summary.json holds it
+    json.dumps(differs, allow_nan=False)  # plain JSON: summary.json holds it
 
 
 # -- Table 3, H = 10 -------------------------------------------------------------------------------------------------
@@ -172,12 +175,12 @@ def test_h10_on_the_reference_file_and_the_committed_seeds(reference_npz):
     assert ref["tpo"].shape == (20, 2000) and set(ref) == {"tpo", "grpo"}
     out = sw.h10_comparison(ours, ref, n_perm=2000)
     json.dumps(out, allow_nan=False)
-    own = out["comparisons"]["reference: tpo vs grpo"]            # the reference's own TPO against its own GRPO
+    own = out["comparisons"]["reference: tpo vs grpo"]  # the reference's own TPO against its own GRPO
     assert own["verdict"] == sw.DIFFERS and own["statistics"]["late"]["rank_p"] < 0.001
-    if "ours: tpo vs grpo" in out["comparisons"]:     # two methods: never called "consistent"
+    if "ours: tpo vs grpo" in out["comparisons"]:  # two methods: never called "consistent"
         assert out["comparisons"]["ours: tpo vs grpo"]["verdict"] in (sw.DIFFERS, sw.NO_DIFFERENCE, sw.TOO_FEW)
     o = out["outcomes"]["reference"]
-    assert (o["tpo"]["never_solved"], o["grpo"]["never_solved"]) == (2, 9)      # the reference's stuck seeds
+    assert (o["tpo"]["never_solved"], o["grpo"]["never_solved"]) == (2, 9)  # the reference's stuck seeds
     assert o["tpo"]["relapsed"] >= 10 and o["tpo"]["worst_relapse"] > 96
     n_ours = len(ours.get("tpo", []))
     if n_ours:
@@ -196,15 +199,28 @@ def test_the_report_renders_the_seed_by_seed_comparison():
     rng = np.random.default_rng(1)
     ours = {"tpo": _seeds(rng, 9, 1), "grpo": _seeds(rng, 9, 5)}
     ref = {"tpo": _seeds(rng, 20, 2), "grpo": _seeds(rng, 20, 9)}
-    sw_result = json.loads(json.dumps(sw.h10_comparison(ours, ref, n_perm=500)))   # as read back from summary.json
-    assert list(sw_result["comparisons"]) == ["tpo: ours vs reference", "grpo: ours vs reference",
-                                              "ours: tpo vs grpo", "reference: tpo vs grpo"]
+    sw_result = json.loads(json.dumps(sw.h10_comparison(ours, ref, n_perm=500)))  # as read back from summary.json
+    assert list(sw_result["comparisons"]) == [
+        "tpo: ours vs reference",
+        "grpo: ours vs reference",
+        "ours: tpo vs grpo",
+        "reference: tpo vs grpo",
+    ]
     md = "\n".join(report.seedwise_table(sw_result))
     assert "| tpo: ours vs reference | 9 / 20 | late-phase mean error (%) |" in md
     assert "**too few seeds** (9 seeds on one side, fewer than 16)" in md and "(Fisher)" in md
     assert "ours tpo: 1 never solved" in md and "reference grpo: 9 never solved" in md
-    summary = dict(preset="table3", title="Table 3", claim="c", budget="paper-h10", budget_note="n", paper_setting="s",
-                   command="cmd", rows=[], seedwise=sw_result)
+    summary = dict(
+        preset="table3",
+        title="Table 3",
+        claim="c",
+        budget="paper-h10",
+        budget_note="n",
+        paper_setting="s",
+        command="cmd",
+        rows=[],
+        seedwise=sw_result,
+    )
     assert "Seed by seed" in report.to_markdown([summary]) and "Seed by seed" in report.to_html([summary])
 
 
@@ -215,7 +231,11 @@ def test_the_seed_by_seed_figure_draws_every_seed_and_survives_a_missing_side():
     ours, ref = {"tpo": _seeds(rng, 3, 1), "grpo": _seeds(rng, 2, 1)}, {"tpo": _seeds(rng, 4, 1)}
     fig = figure.seedwise_figure(ours, ref)
     medians = [t.name for t in fig.data if t.name]
-    assert medians == ["tpo, ours: median of 3 seeds", "tpo, reference: median of 4 seeds", "grpo, ours: median of 2 seeds"]
+    assert medians == [
+        "tpo, ours: median of 3 seeds",
+        "tpo, reference: median of 4 seeds",
+        "grpo, ours: median of 2 seeds",
+    ]
     dots = [t for t in fig.data if t.mode == "markers"]
     np.testing.assert_allclose(dots[0].y, sw.per_seed(ours["tpo"])["final"])
     assert [len(d.y) for d in dots] == [3, 4, 2]

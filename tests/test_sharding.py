@@ -10,6 +10,7 @@ over long runs the float differences grow chaotically (e.g. ``reproduce mnist --
 ~1 point of test error apart), as any reordering of float sums would, while every seed stays an independent
 sample of the same distribution.
 """
+
 import json
 import os
 import pathlib
@@ -62,8 +63,7 @@ def _run(devices: int) -> dict:
     if devices > 1:
         flags.append(f"--xla_force_host_platform_device_count={devices}")
     env["XLA_FLAGS"] = " ".join(flags)
-    r = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -78,8 +78,8 @@ def test_two_devices_really_shard_the_seed_axis(one_and_two):
     assert one["device_count"] == 1 and two["device_count"] == 2
     assert one["carry_devices"] == 1 and one["metric_devices"] == 1
     assert two["carry_devices"] == 2 and "runs" in two["carry_spec"]
-    assert two["metric_devices"] == 2                      # the jitted chunk keeps the seed sharding
-    assert two["even_devices"] == 2 and two["odd_devices"] == 2   # 3 seeds padded to 4
+    assert two["metric_devices"] == 2  # the jitted chunk keeps the seed sharding
+    assert two["even_devices"] == 2 and two["odd_devices"] == 2  # 3 seeds padded to 4
     assert two["bandit_devices"] == 2
 
 
@@ -100,5 +100,6 @@ def test_sharded_results_match_one_device(one_and_two):
     # the first episodes' error curves are counts of exact matches over a fixed batch: they agree exactly
     np.testing.assert_array_equal(np.asarray(one["odd"]["error"])[:, :2], np.asarray(two["odd"]["error"])[:, :2])
     # padding for the second device does not change the first seeds' results either
-    np.testing.assert_allclose(np.asarray(one["even"]["loss"])[:, :2], np.asarray(one["odd"]["loss"])[:2, :2],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(one["even"]["loss"])[:, :2], np.asarray(one["odd"]["loss"])[:2, :2], rtol=1e-5, atol=1e-6
+    )

@@ -11,6 +11,7 @@ sdk_version (cached under /tmp by the hash of what it installs, so a rerun only 
 7860), wait for HTTP 200 and train at the defaults until the first streamed update. Screenshots go to
 _build/screenshots/space/.
 """
+
 import fcntl
 import hashlib
 import os
@@ -35,10 +36,28 @@ from tests.conftest import open_page
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FAKE_REF = "0123456789abcdef0123456789abcdef01234567"
 SPACES_COLORS = {"red", "yellow", "green", "blue", "indigo", "purple", "pink", "gray"}  # the values Spaces accepts
-NOT_IN_THE_SPACE = {"torch", "jupyter-book", "jupytext", "nbclient", "ipykernel", "sphinx-proof",
-                    "sphinx-exercise", "transformers", "trl", "verl", "ray", "accelerate", "datasets", "pytest",
-                    "playwright", "hypothesis", "reasoning-gym", "gguf", "matplotlib",
-                    "gradio"}  # gradio: Spaces installs it from sdk_version; ipywidgets and
+NOT_IN_THE_SPACE = {
+    "torch",
+    "jupyter-book",
+    "jupytext",
+    "nbclient",
+    "ipykernel",
+    "sphinx-proof",
+    "sphinx-exercise",
+    "transformers",
+    "trl",
+    "verl",
+    "ray",
+    "accelerate",
+    "datasets",
+    "pytest",
+    "playwright",
+    "hypothesis",
+    "reasoning-gym",
+    "gguf",
+    "matplotlib",
+    "gradio",
+}  # gradio: Spaces installs it from sdk_version; ipywidgets and
 # anywidget are tpo_core dependencies (its notebook widget), so they are in
 
 
@@ -53,7 +72,7 @@ def _lines(path: pathlib.Path) -> list:
 def _front_matter(readme: pathlib.Path) -> dict:
     text = readme.read_text()
     assert text.startswith("---\n"), "a Space card starts with its YAML front matter"
-    block = text.split("\n---\n", 1)[0][len("---\n"):]
+    block = text.split("\n---\n", 1)[0][len("---\n") :]
     return yaml.safe_load(block)
 
 
@@ -67,8 +86,14 @@ def _config_repository() -> tuple:
 
 
 def _run_assemble(*args):
-    return subprocess.run([sys.executable, "-m", "space.assemble", *args], cwd=ROOT, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "space.assemble", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +138,9 @@ def test_requirements_are_tpo_core_and_the_demo_dependencies_only(assembled):
     # tpo_core's own dependencies (pyproject.toml) are pinned too, and the demo's imports are covered
     deps = re.search(r"^dependencies = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(), re.S | re.M).group(1)
     assert {_name(d) for d in re.findall(r'"([^"]+)"', deps)} <= set(names)
-    imported = {m for f in (ROOT / "demos").glob("*.py")
-                for m in re.findall(r"^\s*(?:import|from) (\w+)", f.read_text(), re.M)}
+    imported = {
+        m for f in (ROOT / "demos").glob("*.py") for m in re.findall(r"^\s*(?:import|from) (\w+)", f.read_text(), re.M)
+    }
     third_party = imported - set(sys.stdlib_module_names) - {"tpo_core", "gradio", "__future__"}
     assert {_name(m) for m in third_party} <= set(names), third_party
 
@@ -125,8 +151,9 @@ def test_folder_holds_the_demo_package_and_the_results(assembled):
     assert not list(assembled.rglob("__pycache__"))
     assert (assembled / "app.py").read_bytes() == (ROOT / "space" / "app.py").read_bytes()
     summaries = sorted(p.relative_to(ROOT / "results") for p in (ROOT / "results").rglob("summary.json"))
-    assert summaries and summaries == sorted(p.relative_to(assembled / "results")
-                                             for p in (assembled / "results").rglob("summary.json"))
+    assert summaries and summaries == sorted(
+        p.relative_to(assembled / "results") for p in (assembled / "results").rglob("summary.json")
+    )
     assert not list((assembled / "results").rglob("*.npz"))  # the runs' arrays stay in the repository
     leftovers = [p.name for p in assembled.parent.iterdir() if p.name != assembled.name]
     assert not leftovers, leftovers  # the temporary folder beside --out was renamed into place
@@ -136,8 +163,12 @@ def test_refuses_a_non_empty_out_and_bad_arguments(tmp_path):
     out = tmp_path / "busy"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    for args in (["--out", str(out), "--ref", FAKE_REF], ["--out", str(tmp_path / "a"), "--ref", "main"],
-                 ["--out", str(tmp_path / "b"), "--tpo-core", str(tmp_path / "nowhere")], []):
+    for args in (
+        ["--out", str(out), "--ref", FAKE_REF],
+        ["--out", str(tmp_path / "a"), "--ref", "main"],
+        ["--out", str(tmp_path / "b"), "--tpo-core", str(tmp_path / "nowhere")],
+        [],
+    ):
         r = _run_assemble(*args)
         assert r.returncode == 2, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
@@ -169,7 +200,7 @@ def test_links_name_the_space_and_the_book_of_config_yml():
     readme = (ROOT / "README.md").read_text()
     quick_start = readme.index("## Quick start")
     for link in (space_url, book_url):
-        assert link in readme[quick_start:quick_start + 1000], f"README.md: no {link} in the quick start"
+        assert link in readme[quick_start : quick_start + 1000], f"README.md: no {link} in the quick start"
     assert space_url in (ROOT / "book" / "intro.md").read_text(), f"book/intro.md: no {space_url}"
     card = (ROOT / "space" / "README.md").read_text()
     assert url in card and book_url in card
@@ -202,8 +233,14 @@ def test_workflow_uploads_on_push_to_main_with_the_secret_token():
 
 def test_upload_without_a_token_says_so(tmp_path, assembled):
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
-    r = subprocess.run([sys.executable, "-m", "space.upload", str(assembled)], cwd=ROOT, capture_output=True,
-                       text=True, env=dict(env, PYTHONPATH=str(ROOT)), timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "space.upload", str(assembled)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(env, PYTHONPATH=str(ROOT)),
+        timeout=60,
+    )
     assert r.returncode == 2 and r.stderr.strip() == "space.upload: error: HF_TOKEN is not set"
 
 
@@ -235,8 +272,23 @@ def _wheel_from_this_clone(tmp: pathlib.Path) -> pathlib.Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name)
     shutil.copytree(ROOT / "tpo_core", src / "tpo_core", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                        "-w", str(tmp / "wheel"), str(src)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp / "wheel"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     (wheel,) = (tmp / "wheel").glob("tpo_core-*.whl")
     return wheel
@@ -264,17 +316,28 @@ def _fill_venv(venv: pathlib.Path, folder: pathlib.Path, gradio: str, reqs: list
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
         t0 = time.time()
-        r = subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(folder / "requirements.txt"),
-                            gradio], capture_output=True, text=True, timeout=1200, env=env)
+        r = subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "-r", str(folder / "requirements.txt"), gradio],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            env=env,
+        )
         assert r.returncode == 0, r.stderr[-4000:]
-        check = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True, timeout=300,
-                               env=env)
+        check = subprocess.run(
+            [str(python), "-m", "pip", "check"], capture_output=True, text=True, timeout=300, env=env
+        )
         assert check.returncode == 0, check.stdout
         (venv / ".complete").write_text(f"installed in {time.time() - t0:.0f} s\n")
     else:  # the same third-party set: only this run's tpo_core changes
         line = next(ln for ln in reqs if _name(ln) == "tpo-core")
-        r = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", line],
-                           capture_output=True, text=True, timeout=300, env=env)
+        r = subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", line],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
         assert r.returncode == 0, r.stderr[-4000:]
     return python
 
@@ -283,9 +346,15 @@ def _space_env(port: int, home: pathlib.Path) -> dict:
     """The environment of a Space: nothing of this checkout (no PYTHONPATH, no shared data or results)."""
     # XLA_FLAGS stays: tests/conftest.py's fast-compile flags change how long compiling takes, not what runs
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TPO_", "PYTHON", "VIRTUAL_ENV", "GRADIO_"))}
-    env.update(GRADIO_SERVER_NAME="127.0.0.1", GRADIO_SERVER_PORT=str(port), GRADIO_ANALYTICS_ENABLED="False",
-               PYTHONUNBUFFERED="1", TPO_CACHE_DIR=str(home / "cache"), TPO_JAX_CACHE=str(home / "jax"),
-               TPO_DEMO_WARM="0")  # warm-up off: the click compiles the default run once instead of twice at once
+    env.update(
+        GRADIO_SERVER_NAME="127.0.0.1",
+        GRADIO_SERVER_PORT=str(port),
+        GRADIO_ANALYTICS_ENABLED="False",
+        PYTHONUNBUFFERED="1",
+        TPO_CACHE_DIR=str(home / "cache"),
+        TPO_JAX_CACHE=str(home / "jax"),
+        TPO_DEMO_WARM="0",
+    )  # warm-up off: the click compiles the default run once instead of twice at once
     return env
 
 
@@ -311,9 +380,18 @@ def test_space_runs_as_spaces_runs_it(tmp_path, browser, screenshots_dir):
 
     port = _free_port()
     env = _space_env(port, tmp_path)
-    probe = subprocess.run([str(python), "-c", "import importlib.util as u, tpo_core; "
-                            "print(tpo_core.__file__); print(u.find_spec('torch') is None)"],
-                           cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+    probe = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.util as u, tpo_core; print(tpo_core.__file__); print(u.find_spec('torch') is None)",
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert probe.returncode == 0, probe.stderr[-2000:]
     where, no_torch = probe.stdout.split()
     assert pathlib.Path(where).is_relative_to(python.parent.parent), where  # the venv's tpo_core, not this clone's
@@ -321,8 +399,9 @@ def test_space_runs_as_spaces_runs_it(tmp_path, browser, screenshots_dir):
     timings["probe"] = time.time() - t1
 
     t1 = time.time()
-    proc = subprocess.Popen([str(python), "app.py"], cwd=folder, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [str(python), "app.py"], cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     log = []
     threading.Thread(target=lambda: log.extend(ln.rstrip() for ln in proc.stdout), daemon=True).start()
     url = f"http://127.0.0.1:{port}/"
@@ -351,25 +430,30 @@ def test_space_runs_as_spaces_runs_it(tmp_path, browser, screenshots_dir):
             assert page.title() == "TPO, interactively"
             page.get_by_role("tab", name="Paper results").click()
             page.wait_for_function(  # the results' summaries came with the folder
-                "() => document.querySelector('#paper-md').innerText.includes('Reproduced here')", timeout=30_000)
+                "() => document.querySelector('#paper-md').innerText.includes('Reproduced here')", timeout=30_000
+            )
             page.get_by_role("tab", name="Live training").click()
             t2 = time.time()
             page.locator("#train-start").click()
             try:  # the first streamed update: a step count above zero, after compiling the default run
                 page.wait_for_function(
                     "() => /[1-9][\\d,]* \\/ [\\d,]+ steps/.test(document.querySelector('#train-status').innerText)",
-                    timeout=240_000)
+                    timeout=240_000,
+                )
             except Exception as e:
                 page.screenshot(path=str(out / "first_update_timeout.png"), full_page=True)
-                raise AssertionError(f"no streamed update; status {page.locator('#train-status').inner_text()!r}; "
-                                     "server log:\n" + "\n".join(log[-40:])) from e
+                raise AssertionError(
+                    f"no streamed update; status {page.locator('#train-status').inner_text()!r}; "
+                    "server log:\n" + "\n".join(log[-40:])
+                ) from e
             timings["first_update"] = time.time() - t2
             n_points = page.evaluate("""() => document.querySelector('#train-error .js-plotly-plot')._fullData
                 .filter(t => t.y && t.y.length > 0).length""")
             assert n_points >= 2  # TPO's and GRPO's error curves
             page.screenshot(path=str(out / "space_training.png"), full_page=True)
             assert not page.evaluate(
-                "() => document.querySelectorAll('#train-status .error, .toast-body.error').length"), "error badge"
+                "() => document.querySelectorAll('#train-status .error, .toast-body.error').length"
+            ), "error badge"
         finally:
             context.close()
         assert not errors, f"JavaScript errors in the page: {errors}"

@@ -1,4 +1,5 @@
 """The multi-context tabular bandit (arXiv 2604.06159 §3.2, App. B): closed forms computed here, in numpy."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -42,8 +43,9 @@ def test_beta_over_a_grid_of_p_arms_and_temperatures():
     for n_arms in (2, 3, 10, 50):
         for eta in (0.5, 1.0, 2.0):
             for m in T.METHODS:
-                np.testing.assert_allclose(np.asarray(T.beta(m, p, n_arms, eta)),
-                                           beta_closed_form(m, p, n_arms, eta), rtol=2e-4, atol=1e-6)
+                np.testing.assert_allclose(
+                    np.asarray(T.beta(m, p, n_arms, eta)), beta_closed_form(m, p, n_arms, eta), rtol=2e-4, atol=1e-6
+                )
 
 
 def test_tpo_lambda_is_about_28_for_ten_arms():
@@ -73,11 +75,12 @@ def test_exact_update_is_beta_times_e0_minus_pi():
 def test_normalised_step_has_length_alpha_and_a_zero_update_does_nothing():
     rng = np.random.default_rng(1)
     z = jnp.asarray(rng.normal(size=(5, A)), jnp.float32)
-    g = jnp.asarray(rng.normal(size=(5, A)), jnp.float32) * 1e-7       # the scale of g does not matter
+    g = jnp.asarray(rng.normal(size=(5, A)), jnp.float32) * 1e-7  # the scale of g does not matter
     new = T.normalised_step(z, g, 0.3)
     np.testing.assert_allclose(float(jnp.linalg.norm(new - z)), 0.3, rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(new - z), 0.3 * np.asarray(g) / np.linalg.norm(np.asarray(g)),
-                               rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(
+        np.asarray(new - z), 0.3 * np.asarray(g) / np.linalg.norm(np.asarray(g)), rtol=1e-4, atol=1e-7
+    )
     np.testing.assert_array_equal(np.asarray(T.normalised_step(z, jnp.zeros_like(z), 0.3)), np.asarray(z))
 
 
@@ -94,7 +97,7 @@ def test_step_shares_sum_to_one_and_follow_beta_squared():
 def test_ce_misalignment_is_zero_for_ce_and_for_equal_contexts():
     z = T.initial_logits(np.geomspace(1e-3, 0.5, 9), A)
     assert abs(float(T.ce_misalignment(z, "ce"))) < 1e-6
-    same = T.initial_logits(np.full(4, 0.2), A)       # equal p everywhere: every β is one scalar
+    same = T.initial_logits(np.full(4, 0.2), A)  # equal p everywhere: every β is one scalar
     for m in T.METHODS:
         assert abs(float(T.ce_misalignment(same, m))) < 1e-6
         assert float(T.ce_misalignment(z, m)) >= -1e-6
@@ -147,7 +150,7 @@ def test_first_adam_update_is_lr_times_the_sign_of_g():
 def test_second_adam_update_matches_the_hand_computed_moments():
     rng = np.random.default_rng(5)
     z = rng.normal(size=(3, 4))
-    g1, g2 = rng.normal(size=(3, 4)), rng.normal(size=(3, 4)) * 0.1      # the second gradient is smaller
+    g1, g2 = rng.normal(size=(3, 4)), rng.normal(size=(3, 4)) * 0.1  # the second gradient is smaller
     lr, b1, b2, eps = 0.05, 0.9, 0.999, 1e-8
     m2 = b1 * (1 - b1) * g1 + (1 - b1) * g2
     v2 = b2 * (1 - b2) * g1**2 + (1 - b2) * g2**2
@@ -160,8 +163,9 @@ def test_second_adam_update_matches_the_hand_computed_moments():
     # shorter than lr: v̂ still remembers g1² (v̂₂ = (b2 g1² + g2²)/(1 + b2))
     zb, stb = T.adam_step(f32(z), f32(g1), T.adam_init(f32(z)), lr, 0.0, b2, eps)
     zc, _ = T.adam_step(zb, f32(g1 * 1e-3), stb, lr, 0.0, b2, eps)
-    np.testing.assert_allclose(np.asarray(zc - zb), lr * 1e-3 * np.sign(g1) / np.sqrt((b2 + 1e-6) / (1 + b2)),
-                               rtol=1e-3)
+    np.testing.assert_allclose(
+        np.asarray(zc - zb), lr * 1e-3 * np.sign(g1) / np.sqrt((b2 + 1e-6) / (1 + b2)), rtol=1e-3
+    )
 
 
 def test_adam_run_matches_a_numpy_adam_on_the_closed_form_updates():
@@ -189,8 +193,7 @@ def test_memoryless_adam_is_sign_descent_and_ignores_beta():
         np.testing.assert_allclose(p, expected, rtol=1e-4)
     # and on a spread table all four methods take the identical path
     z = T.initial_logits(np.geomspace(1e-3, 0.5, 6), A)
-    paths = [np.asarray(T.run_exact(z, m, alpha=lr, steps=100, optimizer="adam", b1=0.0, b2=0.0))
-             for m in T.METHODS]
+    paths = [np.asarray(T.run_exact(z, m, alpha=lr, steps=100, optimizer="adam", b1=0.0, b2=0.0)) for m in T.METHODS]
     for path in paths[1:]:
         np.testing.assert_allclose(path, paths[0], rtol=1e-4, atol=1e-6)
 
@@ -204,7 +207,7 @@ def test_trace_reports_update_and_step_norms_per_context():
         assert tr["p"].shape == (31, 5) and tr["grad_norm"].shape == tr["step_norm"].shape == (30, 5)
         g0 = exact_update_closed_form(np.asarray(z, np.float64), method)
         np.testing.assert_allclose(tr["grad_norm"][0], np.linalg.norm(g0, axis=-1), rtol=1e-4)
-        np.testing.assert_allclose(tr["step_norm"][0], lr * np.sqrt(A), rtol=1e-4)   # a sign step
+        np.testing.assert_allclose(tr["step_norm"][0], lr * np.sqrt(A), rtol=1e-4)  # a sign step
         tr = {k: np.asarray(v) for k, v in T.trace_exact(z, method, alpha=0.1, steps=30).items()}
         np.testing.assert_allclose(np.sqrt((tr["step_norm"] ** 2).sum(1)), 0.1, rtol=1e-4)  # one shared length
 
@@ -225,9 +228,9 @@ def test_under_adam_a_gradient_that_fades_faster_gets_a_smaller_step():
 def test_sampled_updates_match_the_group_gradients_written_out():
     rng = np.random.default_rng(2)
     z = jnp.asarray(rng.normal(size=(6, A)), jnp.float32)
-    z = z.at[:, 0].set(2.0)                                    # the correct arm is often sampled
+    z = z.at[:, 0].set(2.0)  # the correct arm is often sampled
     key, k = jax.random.key(3), 8
-    arms = np.asarray(T.sample_arms(key, z, k))                # the same draws sampled_update makes
+    arms = np.asarray(T.sample_arms(key, z, k))  # the same draws sampled_update makes
     zs = np.asarray(z, np.float64)
     logpi = np.log(softmax(zs))
     c = zs.shape[0]
@@ -243,7 +246,7 @@ def test_sampled_updates_match_the_group_gradients_written_out():
         q = softmax(np.log(p) + u)
         adv = cen / (sd + 1e-8)
         for i, a in enumerate(arms[ci]):
-            tpo_expected[ci, a] += (q[i] - p[i]) / c           # -∂/∂z of the mean over contexts of -Σ q log p
+            tpo_expected[ci, a] += (q[i] - p[i]) / c  # -∂/∂z of the mean over contexts of -Σ q log p
             grpo_expected[ci] += adv[i] * (np.eye(A)[a] - softmax(zs[ci])) / c  # Σ_i A_i ∇ log π(a_i)
     np.testing.assert_allclose(np.asarray(T.sampled_update(key, z, "tpo", k)), tpo_expected, atol=1e-5)
     np.testing.assert_allclose(np.asarray(T.sampled_update(key, z, "grpo", k)), grpo_expected, atol=1e-4)
@@ -272,28 +275,31 @@ def test_run_sampled_vmaps_over_seeds_and_methods_and_learns():
         assert p.shape == (3, 201, 2)
         np.testing.assert_allclose(p[:, 0], np.repeat([[0.2, 0.5]], 3, 0), rtol=1e-5)
         assert (p[:, -1] > 0.9).all(), (m, p[:, -1])
-    assert not np.allclose(np.asarray(out["tpo"][0]), np.asarray(out["tpo"][1]))   # seeds differ
+    assert not np.allclose(np.asarray(out["tpo"][0]), np.asarray(out["tpo"][1]))  # seeds differ
     single = T.run_sampled(keys[:1], z, "tpo", k=8, alpha=0.3, steps=200)
     np.testing.assert_allclose(np.asarray(single["tpo"][0]), np.asarray(out["tpo"][0]), rtol=1e-5)
 
 
 # ---- bad input --------------------------------------------------------------------------------
-@pytest.mark.parametrize("call, name", [
-    (lambda: T.beta("ppo", 0.1), "method"),
-    (lambda: T.beta("tpo", 0.1, n_arms=1), "n_arms"),
-    (lambda: T.tpo_lambda(10, eta=0.0), "eta"),
-    (lambda: T.initial_logits(np.array([0.0, 0.5])), "p0"),
-    (lambda: T.initial_logits(np.ones((2, 2)) * 0.5), "p0"),
-    (lambda: T.normalised_step(jnp.zeros((1, 2)), jnp.ones((1, 2)), -1.0), "alpha"),
-    (lambda: T.run_exact(jnp.zeros((1, 2)), "tpo", steps=0), "steps"),
-    (lambda: T.run_exact(jnp.zeros((1, 2)), "tpo", optimizer="sgd"), "optimizer"),
-    (lambda: T.trace_exact(jnp.zeros((1, 2)), "tpo", optimizer="adam", b2=1.0), "b2"),
-    (lambda: T.steps_to(jnp.zeros((2, 1)), threshold=1.0), "threshold"),
-    (lambda: T.sampled_update(jax.random.key(0), jnp.zeros((1, 2)), "dg", 4), "method"),
-    (lambda: T.run_sampled(jax.random.split(jax.random.key(0), 2), jnp.zeros((1, 2)), "tpo", k=1), "k"),
-    (lambda: T.run_sampled(jax.random.split(jax.random.key(0), 2), jnp.zeros((1, 2)), ("tpo", "ce")), "method"),
-    (lambda: T.run_sampled(jax.random.key(0), jnp.zeros((1, 2)), "tpo"), "keys"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: T.beta("ppo", 0.1), "method"),
+        (lambda: T.beta("tpo", 0.1, n_arms=1), "n_arms"),
+        (lambda: T.tpo_lambda(10, eta=0.0), "eta"),
+        (lambda: T.initial_logits(np.array([0.0, 0.5])), "p0"),
+        (lambda: T.initial_logits(np.ones((2, 2)) * 0.5), "p0"),
+        (lambda: T.normalised_step(jnp.zeros((1, 2)), jnp.ones((1, 2)), -1.0), "alpha"),
+        (lambda: T.run_exact(jnp.zeros((1, 2)), "tpo", steps=0), "steps"),
+        (lambda: T.run_exact(jnp.zeros((1, 2)), "tpo", optimizer="sgd"), "optimizer"),
+        (lambda: T.trace_exact(jnp.zeros((1, 2)), "tpo", optimizer="adam", b2=1.0), "b2"),
+        (lambda: T.steps_to(jnp.zeros((2, 1)), threshold=1.0), "threshold"),
+        (lambda: T.sampled_update(jax.random.key(0), jnp.zeros((1, 2)), "dg", 4), "method"),
+        (lambda: T.run_sampled(jax.random.split(jax.random.key(0), 2), jnp.zeros((1, 2)), "tpo", k=1), "k"),
+        (lambda: T.run_sampled(jax.random.split(jax.random.key(0), 2), jnp.zeros((1, 2)), ("tpo", "ce")), "method"),
+        (lambda: T.run_sampled(jax.random.key(0), jnp.zeros((1, 2)), "tpo"), "keys"),
+    ],
+)
 def test_bad_input_raises_value_error_naming_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()

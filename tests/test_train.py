@@ -1,4 +1,5 @@
 """Models, tasks, data and the jitted training loops."""
+
 import contextlib
 
 import jax
@@ -87,9 +88,11 @@ def test_attention_products_have_the_plain_products_gradients():
     """models._mm_nt / _mm_nn only choose operand layouts: values and gradients (also under vmap) are those
     of the einsums they replace."""
     from tpo_core.models import _mm_nn, _mm_nt
+
     ks = jax.random.split(jax.random.key(3), 4)
     a, b = jax.random.normal(ks[0], (2, 3, 7, 5)), jax.random.normal(ks[1], (2, 3, 9, 5))
     w = jax.random.normal(ks[2], (2, 3, 7, 9))
+
     def plain_nt(a, b):
         return jnp.einsum("...me,...ne->...mn", a, b)
 
@@ -120,8 +123,13 @@ def test_optimizer_routing_matches_the_reference_model():
     routes each by rank: Muon on 2-D arrays, AdamW on the rest. Its SelfAttention keeps q/k/v biases as
     separate [heads, head_dim] arrays, so they are Muon's."""
     d, h, hd, ffn, V, T = 64, 2, 32, 256, 2, 20
-    layer = ([(d, h, hd)] * 3 + [(h, hd)] * 3 + [(h, hd, d), (d,)]      # query/key/value kernel & bias, out
-             + [(d,), (d,)] * 2 + [(d, ffn), (ffn,), (ffn, d), (d,)])  # two LayerNorms, FFN
+    layer = (
+        [(d, h, hd)] * 3
+        + [(h, hd)] * 3
+        + [(h, hd, d), (d,)]  # query/key/value kernel & bias, out
+        + [(d,), (d,)] * 2
+        + [(d, ffn), (ffn,), (ffn, d), (d,)]
+    )  # two LayerNorms, FFN
     reference = [(V, d), (T, d)] + layer * 2 + [(d,), (d,), (d, V), (V,)]
     expect = {"muon": sorted(s for s in reference if len(s) == 2), "adamw": sorted(s for s in reference if len(s) != 2)}
     model = nnx.eval_shape(lambda: Transformer(2, 10, rngs=nnx.Rngs(0)))
@@ -130,7 +138,11 @@ def test_optimizer_routing_matches_the_reference_model():
     for x in jax.tree.leaves(params):
         ours["muon" if x.ndim == 2 else "adamw"].append(x.size)
     # our q/k/v kernels are one stacked [3, d, h, hd] array: compare parameter counts per optimizer
-    assert sum(ours["muon"]) == sum(np.prod(s) for s in expect["muon"]) == 2 * 3 * h * hd + 2 * 2 * d * ffn + V * d + T * d + d * V
+    assert (
+        sum(ours["muon"])
+        == sum(np.prod(s) for s in expect["muon"])
+        == 2 * 3 * h * hd + 2 * 2 * d * ffn + V * d + T * d + d * V
+    )
     assert sum(ours["adamw"]) == sum(np.prod(s) for s in expect["adamw"])
     assert sorted(ours["muon"]) == sorted(int(np.prod(s)) for s in expect["muon"])  # array by array, too
 
@@ -140,8 +152,11 @@ def test_muon_orthogonalises_matrices_and_adamw_steps_by_the_sign():
     polar factor U Vᵀ of the gradient (Newton–Schulz flattens its spectrum); AdamW-Nesterov's first step is
     lr · sign(g) · (1 + 2β₁)/(1 + β₁) elementwise."""
     rng = np.random.default_rng(0)
-    g = {"w": jnp.asarray(rng.normal(size=(16, 8)), jnp.float32), "b": jnp.asarray(rng.normal(size=(8,)), jnp.float32),
-         "k": jnp.asarray(rng.normal(size=(2, 3, 4)), jnp.float32)}
+    g = {
+        "w": jnp.asarray(rng.normal(size=(16, 8)), jnp.float32),
+        "b": jnp.asarray(rng.normal(size=(8,)), jnp.float32),
+        "k": jnp.asarray(rng.normal(size=(2, 3, 4)), jnp.float32),
+    }
     params = jax.tree.map(jnp.zeros_like, g)
     lr = 1e-2
     tx = muon_adamw(lr)
@@ -244,8 +259,8 @@ def test_tracked_groups_show_p_moving_toward_q():
     kl = (q[:, :, None] * (np.log(q[:, :, None] + 1e-12) - np.log(p + 1e-12))).sum(-1)  # [T, n, E]
     sel = informative.astype(bool)
     assert sel.any()
-    assert kl[sel][:, -1].mean() < kl[sel][:, 0].mean()      # on average the last epoch is closer to q
-    assert np.mean(kl[sel][:, -1] < kl[sel][:, 0]) > 0.6     # and for most tracked groups
+    assert kl[sel][:, -1].mean() < kl[sel][:, 0].mean()  # on average the last epoch is closer to q
+    assert np.mean(kl[sel][:, -1] < kl[sel][:, 0]) > 0.6  # and for most tracked groups
 
 
 @pytest.mark.slow
@@ -256,7 +271,7 @@ def test_tpo_learns_terminal_reverse_copy_at_small_h():
     m = train_tokens(cfg, seeds=(0, 1, 2))
     chance = 1 - 2.0**-3
     late = m["error"][:, -30:].mean(1)
-    assert m["error"][:, :10].mean() > 0.6                       # starts near chance (0.875)
+    assert m["error"][:, :10].mean() > 0.6  # starts near chance (0.875)
     # Measured (2026-12-01): the first 10 episodes 0.86, 0.78, 0.76; the last 30 episodes 21 %, 0.2 %, 0.1 %.
     # Seeds differ a lot at this budget, so: every seed well below chance, and at least one solved.
     assert np.all(late < 0.7 * chance) and late.min() < 0.05, late
@@ -281,7 +296,7 @@ def test_mnist_loader_parses_idx_verifies_checksums_and_splits_a_test_set_only_f
     monkeypatch.setenv("TPO_CACHE_DIR", str(tmp_path / "cache"))
     ds = mnist.load(tmp_path, allow_download=False)
     assert "8,000 train / 2,000 test" in capsys.readouterr().err
-    perm = np.random.default_rng(0).permutation(10_000)   # the documented split rule, recomputed here
+    perm = np.random.default_rng(0).permutation(10_000)  # the documented split rule, recomputed here
     np.testing.assert_array_equal(ds.y_train, labels[perm[:8000]])
     np.testing.assert_array_equal(ds.y_test, labels[perm[8000:]])
     np.testing.assert_allclose(ds.x_test[0], images[perm[8000]].reshape(-1) / 255.0, rtol=1e-6)
@@ -299,7 +314,7 @@ def test_mnist_loader_reads_the_real_test_set(capsys, shared_mnist):
 
 
 def test_mnist_falls_back_to_the_shipped_test_set(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("TPO_DATA_DIR", str(tmp_path))          # an empty folder: no MNIST here
+    monkeypatch.setenv("TPO_DATA_DIR", str(tmp_path))  # an empty folder: no MNIST here
     monkeypatch.setenv("TPO_CACHE_DIR", str(tmp_path / "cache"))
     ds = mnist.load(allow_download=False)
     assert "shipped with tpo_core" in capsys.readouterr().err
@@ -322,13 +337,15 @@ def test_release_compiled_frees_the_memory_maps_of_compiled_programs():
     held = runtime.memory_map_count()
     assert runtime.release_compiled(force=True)
     assert held - runtime.memory_map_count() > 300
-    again = train_tokens(cfg, seeds=(0,))          # recompiled from scratch: same numbers
+    again = train_tokens(cfg, seeds=(0,))  # recompiled from scratch: same numbers
     np.testing.assert_array_equal(first["loss"], again["loss"])
 
 
 def _key_free(tree):
-    return [np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
-            for x in jax.tree.leaves(tree)]
+    return [
+        np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+        for x in jax.tree.leaves(tree)
+    ]
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the init programs' LLVM level is a CPU setting")
@@ -341,19 +358,27 @@ def test_init_programs_compiled_for_compile_speed_give_the_default_levels_bits()
     from tpo_core.train import make_bandit_program
 
     rng = np.random.default_rng(0)
-    images = Dataset(rng.random((32, 784), np.float32), rng.integers(0, 10, 32, np.int32),
-                     rng.random((8, 784), np.float32), rng.integers(0, 10, 8, np.int32), "synthetic")
-    programs = [make_token_program(TokenConfig(method="tpo", H=10)),       # the paper's Transformer, Table-3 size
-                make_token_program(TokenConfig(method="grpo", **SMOKE)),   # the presets' smoke model
-                make_bandit_program(BanditConfig(method="tpo"), images)]
+    images = Dataset(
+        rng.random((32, 784), np.float32),
+        rng.integers(0, 10, 32, np.int32),
+        rng.random((8, 784), np.float32),
+        rng.integers(0, 10, 8, np.int32),
+        "synthetic",
+    )
+    programs = [
+        make_token_program(TokenConfig(method="tpo", H=10)),  # the paper's Transformer, Table-3 size
+        make_token_program(TokenConfig(method="grpo", **SMOKE)),  # the presets' smoke model
+        make_bandit_program(BanditConfig(method="tpo"), images),
+    ]
     emitters = {"xla_cpu_use_fusion_emitters": True}  # XLA's CPU default (the suite's flags turn it off)
     for program in programs:
         keys = runtime.seed_keys([0, 1, 2])
         knobs = {k: jnp.full((3,), v, jnp.float32) for k, v in program.knobs.items()}
         lowered = program.init_runs.lower(keys, knobs)
         fast = lowered.compile({**runtime.INIT_COMPILER_OPTIONS, **emitters})(keys, knobs)
-        default = lowered.compile({"xla_backend_optimization_level": 3, "xla_cpu_opt_preset": "CPU_OPT_PRESET_DEFAULT",
-                                   **emitters})(keys, knobs)
+        default = lowered.compile(
+            {"xla_backend_optimization_level": 3, "xla_cpu_opt_preset": "CPU_OPT_PRESET_DEFAULT", **emitters}
+        )(keys, knobs)
         for a, b in zip(_key_free(fast), _key_free(default), strict=True):
             np.testing.assert_array_equal(a, b)
         assert any(np.abs(a).max() > 0 for a in _key_free(fast))  # real parameters, not zeros
@@ -369,13 +394,14 @@ def test_init_compiler_options_leave_an_explicit_xla_flag_alone(monkeypatch):
 
 def test_programs_are_keyed_on_shapes_not_on_knobs(monkeypatch):
     cfg = TokenConfig(method="tpo", **dict(TINY, H=5))
-    same = make_token_program(cfg.replace(eta=0.3, lr=3e-3, beta=0.1, clip_eps=0.1, std_floor=0.01,
-                                          reward_noise=0.5, episodes=7))
-    assert make_token_program(cfg).chunk is same.chunk                 # one compiled program
+    same = make_token_program(
+        cfg.replace(eta=0.3, lr=3e-3, beta=0.1, clip_eps=0.1, std_floor=0.01, reward_noise=0.5, episodes=7)
+    )
+    assert make_token_program(cfg).chunk is same.chunk  # one compiled program
     assert same.knobs["eta"] == 0.3 and make_token_program(cfg).knobs["eta"] == 1.0
     assert make_token_program(cfg.replace(K=6)).chunk is not same.chunk  # a shape is a key
     if runtime.memory_map_count() is not None:
-        monkeypatch.setattr(runtime, "MAP_BUDGET_FRACTION", 0.0)   # as if at the limit: every call frees first
+        monkeypatch.setattr(runtime, "MAP_BUDGET_FRACTION", 0.0)  # as if at the limit: every call frees first
         assert make_token_program(cfg).chunk is not make_token_program(cfg).chunk
 
 
@@ -383,8 +409,15 @@ def test_changing_knobs_or_seeds_at_a_compiled_shape_does_not_compile():
     cfg = TokenConfig(method="grpo", **dict(TINY, H=4, episodes=2))
     base = train_tokens(cfg, seeds=(0, 1))
     with _count_compiles() as n:
-        for change in (dict(eta=0.5), dict(lr=3e-3), dict(beta=0.1), dict(clip_eps=0.1), dict(std_floor=0.1),
-                       dict(reward_noise=0.1), dict(episodes=4)):  # episodes: same chunk length, more chunks
+        for change in (
+            dict(eta=0.5),
+            dict(lr=3e-3),
+            dict(beta=0.1),
+            dict(clip_eps=0.1),
+            dict(std_floor=0.1),
+            dict(reward_noise=0.1),
+            dict(episodes=4),
+        ):  # episodes: same chunk length, more chunks
             other = train_tokens(cfg.replace(**change), seeds=(2, 3), chunk_size=2)
     assert n() == 0, "a knob or the seeds triggered a compile"
     assert other["error"].shape == (2, 4) and not np.allclose(other["loss"][:, :2], base["loss"])
@@ -455,8 +488,9 @@ def test_the_compile_profile_finds_every_stage_of_xla_and_leaves_the_cache_setti
     from benchmarks import bench_train as bench
 
     before = jax.config.jax_enable_compilation_cache
-    got = bench.compile_profile(TokenConfig(method="tpo", **TINY), settings=("default", "tpo_core", "level1"),
-                                episodes=1, rounds=1)
+    got = bench.compile_profile(
+        TokenConfig(method="tpo", **TINY), settings=("default", "tpo_core", "level1"), episodes=1, rounds=1
+    )
     out = capsys.readouterr().out
     assert jax.config.jax_enable_compilation_cache == before
     assert "n/a" not in out, out
@@ -497,8 +531,8 @@ def test_the_startup_profile_compiles_in_the_first_process_and_loads_in_the_seco
     from benchmarks import bench_train as bench
 
     cold, cached = bench.startup_profile(dict(method="tpo", **dict(TINY, H=5)), episodes=2)
-    assert cold["cache_files"] > 0                              # the first process wrote its programs
-    assert cached["cache_files"] == cold["cache_files"]         # the second found them all: nothing new written
+    assert cold["cache_files"] > 0  # the first process wrote its programs
+    assert cached["cache_files"] == cold["cache_files"]  # the second found them all: nothing new written
     assert cached["compile"] < cold["compile"], (cold, cached)
     assert cold["episode"] > 0 and cached["episode"] > 0
 
@@ -522,20 +556,28 @@ def test_training_programs_compile_with_the_fast_compile_preset_and_agree_with_x
         pytest.skip("the preset is a CPU option; off the CPU the programs keep XLA's defaults")
 
     rng = np.random.default_rng(0)
-    images = Dataset(rng.random((64, 784), np.float32), rng.integers(0, 10, 64, np.int32),
-                     rng.random((16, 784), np.float32), rng.integers(0, 10, 16, np.int32), "synthetic")
+    images = Dataset(
+        rng.random((64, 784), np.float32),
+        rng.integers(0, 10, 64, np.int32),
+        rng.random((16, 784), np.float32),
+        rng.integers(0, 10, 16, np.int32),
+        "synthetic",
+    )
     emitters = {"xla_cpu_use_fusion_emitters": True}  # XLA's CPU default (the suite's flags turn it off)
     defaults = {"xla_cpu_opt_preset": "CPU_OPT_PRESET_DEFAULT", "xla_backend_optimization_level": 3, **emitters}
     train._clear_programs()  # rebuild under these XLA_FLAGS
     try:
-        programs = [make_token_program(TokenConfig(method="tpo", **SMOKE)),
-                    make_bandit_program(BanditConfig(method="tpo", eval_every=1), images)]  # a block = one step
+        programs = [
+            make_token_program(TokenConfig(method="tpo", **SMOKE)),
+            make_bandit_program(BanditConfig(method="tpo", eval_every=1), images),
+        ]  # a block = one step
         for program in programs:
             carry = program.init([0, 1])
             keys = runtime.seed_keys([0, 1])
             knobs = {k: jnp.full((2,), v, jnp.float32) for k, v in program.knobs.items()}
-            assert jax.tree.structure(jax.eval_shape(lambda k, p=program, kn=knobs: p.init_runs(k, kn), keys)) == \
-                jax.tree.structure(carry)
+            assert jax.tree.structure(
+                jax.eval_shape(lambda k, p=program, kn=knobs: p.init_runs(k, kn), keys)
+            ) == jax.tree.structure(carry)
             lowered = program.chunk.lower(carry, 0, 2, *program.data)
             assert dict(lowered._lowering._compiler_options_kvs) == runtime.CHUNK_COMPILER_OPTIONS
             # JAX refuses compiler options on a nested jit: inside a caller's trace the chunk is traced without them
@@ -546,13 +588,19 @@ def test_training_programs_compile_with_the_fast_compile_preset_and_agree_with_x
             assert fast.keys() == default.keys()
             # Before the first update (episode 0's loss, gradient norm, error) the two differ by float rounding only.
             for name in sorted({"loss", "grad_norm", "error", "train_error"} & default.keys()):
-                np.testing.assert_allclose(np.asarray(fast[name])[:, 0], np.asarray(default[name])[:, 0],
-                                           rtol=1e-5, atol=1e-6, err_msg=name)
+                np.testing.assert_allclose(
+                    np.asarray(fast[name])[:, 0], np.asarray(default[name])[:, 0], rtol=1e-5, atol=1e-6, err_msg=name
+                )
             # After it, Adam's division by sqrt(v) and Muon's orthogonalisation magnify that rounding (XLA's own
             # LLVM level 2 moves update_norm by 2e-4 here too), so the rest agrees to 5e-3.
             for name in default:
-                np.testing.assert_allclose(np.asarray(fast[name], np.float64), np.asarray(default[name], np.float64),
-                                           rtol=5e-3, atol=1e-5, err_msg=name)
+                np.testing.assert_allclose(
+                    np.asarray(fast[name], np.float64),
+                    np.asarray(default[name], np.float64),
+                    rtol=5e-3,
+                    atol=1e-5,
+                    err_msg=name,
+                )
             assert float(np.abs(np.asarray(default["loss"])).max()) > 0
     finally:
         train._clear_programs()
@@ -572,7 +620,7 @@ def test_token_runs_log_entropy_of_p_old_and_tv_of_the_target_as_the_bridge_does
     p_old = np.exp(lo - lo.max(-1, keepdims=True))
     p_old /= p_old.sum(-1, keepdims=True)
     c = s - s.mean(-1, keepdims=True)
-    sigma = np.sqrt((c ** 2).mean(-1, keepdims=True))
+    sigma = np.sqrt((c**2).mean(-1, keepdims=True))
     u = np.where(sigma > 1e-6, c / np.where(sigma > 1e-6, sigma, 1.0), c)
     q = p_old * np.exp(u / 0.5)
     q /= q.sum(-1, keepdims=True)
@@ -581,7 +629,7 @@ def test_token_runs_log_entropy_of_p_old_and_tv_of_the_target_as_the_bridge_does
     assert 0 < h <= np.log(cfg.K) + 1e-6
     np.testing.assert_allclose(float(metrics["entropy_p_old"][0, 0]), h, rtol=1e-4)
     np.testing.assert_allclose(float(metrics["tv"][0, 0]), tv, rtol=1e-3, atol=1e-6)
-    assert (sigma[:, 0] > 1e-6).any() and tv > 0                     # an informative group moved the target
+    assert (sigma[:, 0] > 1e-6).any() and tv > 0  # an informative group moved the target
 
 
 @pytest.mark.parametrize("B, H, runs", [(32, 4, 1), (64, 6, 2)])
@@ -600,6 +648,6 @@ def test_memory_floor_is_below_what_xla_allocates(B, H, runs):
 def test_check_memory_refuses_with_the_figures_and_passes_what_fits():
     cfg = TokenConfig(B=1000, H=10, K=8)
     need = cfg.memory_floor_bytes(4)
-    train.check_memory(cfg, 4, available=need)                 # exactly enough: allowed
+    train.check_memory(cfg, 4, available=need)  # exactly enough: allowed
     with pytest.raises(ValueError, match=r"B=1000, K=8, H=10 with 2 seed\(s\) \(4 run\(s\) at once\)"):
         train.check_memory(cfg, 4, n_seeds=2, available=need - 1)

@@ -13,6 +13,7 @@ wheel with --no-deps into a new venv layered on the cached one, then ``pip check
 folder with an already built sdist and wheel to check instead (the release workflow: the files it publishes).
 Needs the package index to build; without it the tests skip (fail under CI=true).
 """
+
 from __future__ import annotations
 
 import email.parser
@@ -52,8 +53,9 @@ def test_the_version_is_written_once_and_the_package_reports_it():
     literals = [p for p in (ROOT / "tpo_core").rglob("*.py") if re.search(r"^__version__ = ['\"]", p.read_text(), re.M)]
     assert literals == [], literals
     changelog = (ROOT / "CHANGELOG.md").read_text()
-    assert re.search(rf"^## \[{re.escape(VERSION)}\] - \d{{4}}-\d{{2}}-\d{{2}}$", changelog, re.M), \
+    assert re.search(rf"^## \[{re.escape(VERSION)}\] - \d{{4}}-\d{{2}}-\d{{2}}$", changelog, re.M), (
         f"CHANGELOG.md has no entry for {VERSION}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +77,11 @@ def dist(tmp_path_factory) -> pathlib.Path:
         else:
             shutil.copy2(ROOT / name, src / name)
     out = base / "dist"
-    built = run([sys.executable, "-m", "build", "--outdir", out, src], 900, cwd=base,
-                env=fresh_venv.clean_env(base))
+    built = run([sys.executable, "-m", "build", "--outdir", out, src], 900, cwd=base, env=fresh_venv.clean_env(base))
     if built.returncode != 0:
-        fresh_venv.needs_index("python -m build (its isolated environment installs setuptools)",
-                               built.stdout + built.stderr)
+        fresh_venv.needs_index(
+            "python -m build (its isolated environment installs setuptools)", built.stdout + built.stderr
+        )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     assert "Successfully built" in built.stdout
     return out
@@ -121,7 +123,7 @@ def test_the_metadata_is_pyproject_s(metadata):
     from packaging.requirements import Requirement
 
     def same(rs):
-        return sorted(str(Requirement(r)) for r in rs)                   # specifiers in one order
+        return sorted(str(Requirement(r)) for r in rs)  # specifiers in one order
 
     declared = metadata.get_all("Requires-Dist")
     assert same(r for r in declared if "extra ==" not in r) == same(project["dependencies"])
@@ -138,7 +140,7 @@ def test_the_wheel_and_the_sdist_carry_the_package_data(dist, wheel):
     assert data <= names, data - names
     assert {f"tpo_core-{VERSION}.dist-info/licenses/{f}" for f in PYPROJECT["project"]["license-files"]} <= names
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tpo_core").rglob("*.py")}
-    assert modules <= names, modules - names                      # every module, subpackages included
+    assert modules <= names, modules - names  # every module, subpackages included
     assert not any(n.startswith(("tests/", "book/", "demos/", "results/")) for n in names)
     with zipfile.ZipFile(wheel) as z:
         entry_points = z.read(f"tpo_core-{VERSION}.dist-info/entry_points.txt").decode()
@@ -148,26 +150,30 @@ def test_the_wheel_and_the_sdist_carry_the_package_data(dist, wheel):
         members = {m.name.split("/", 1)[1] for m in t.getmembers() if "/" in m.name}
     assert {"pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md"} <= members
     assert {n for n in data} | modules <= members
-    assert not any(m.startswith("tests/") for m in members)      # they need the whole repository (MANIFEST.in)
+    assert not any(m.startswith("tests/") for m in members)  # they need the whole repository (MANIFEST.in)
 
 
 @pytest.fixture(scope="module")
 def installed(wheel, metadata, tmp_path_factory):
     """(python, bin folder, an empty folder holding only a copy of the wheel, environment): the wheel installed
     with --no-deps into a new venv layered on a cached venv of its declared dependencies, then ``pip check``."""
-    base = fresh_venv.wheel_deps_venv()            # pyproject's dependencies = the wheel's (the metadata test)
+    base = fresh_venv.wheel_deps_venv()  # pyproject's dependencies = the wheel's (the metadata test)
     home = tmp_path_factory.mktemp("fresh")
     python = fresh_venv.overlay_venv(base, home / "venv")
     empty = home / "empty"
     empty.mkdir()
     local = pathlib.Path(shutil.copy2(wheel, empty / wheel.name))
     env = fresh_venv.clean_env(home)
-    done = run([python, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check", local.name], 600,
-               cwd=empty, env=env)
+    done = run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check", local.name],
+        600,
+        cwd=empty,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     checked = run([python, "-m", "pip", "check"], 300, cwd=empty, env=env)
-    assert checked.returncode == 0, checked.stdout + checked.stderr     # every declared dependency is satisfied
-    local.unlink()                                                         # the folder the programs run in: empty
+    assert checked.returncode == 0, checked.stdout + checked.stderr  # every declared dependency is satisfied
+    local.unlink()  # the folder the programs run in: empty
     return python, python.parent, empty, env
 
 
@@ -178,9 +184,36 @@ def test_the_console_script_and_python_m_train_from_an_empty_folder(installed):
     assert helped.returncode == 0, helped.stderr[-3000:]
     assert all(cmd in helped.stdout for cmd in ("train", "reproduce", "report"))
 
-    trained = run([python, "-m", "tpo_core", "train", "--task", "reversal", "--reward", "terminal", "--method", "tpo",
-                   "--H", "3", "--B", "8", "--K", "4", "--episodes", "3", "--seeds", "1", "--quiet",
-                   "--out", "run.json"], 600, cwd=empty, env=env)
+    trained = run(
+        [
+            python,
+            "-m",
+            "tpo_core",
+            "train",
+            "--task",
+            "reversal",
+            "--reward",
+            "terminal",
+            "--method",
+            "tpo",
+            "--H",
+            "3",
+            "--B",
+            "8",
+            "--K",
+            "4",
+            "--episodes",
+            "3",
+            "--seeds",
+            "1",
+            "--quiet",
+            "--out",
+            "run.json",
+        ],
+        600,
+        cwd=empty,
+        env=env,
+    )
     assert trained.returncode == 0, trained.stdout + trained.stderr[-3000:]
     assert re.search(r"^reversal tpo: final error \d+\.\d\d% \(1 seed, no SE\)", trained.stdout, re.M), trained.stdout
     result = json.loads((empty / "run.json").read_text())
@@ -191,8 +224,9 @@ def test_the_console_script_and_python_m_train_from_an_empty_folder(installed):
     listed = run([bin_dir / "tpo", "reproduce", "--list"], 300, cwd=empty, env=env)
     assert listed.returncode == 0, listed.stderr[-3000:]
     from tpo_core.lab import reproduce  # the checkout's presets, named by the installed copy
+
     assert all(name in listed.stdout for name in reproduce.PRESETS), listed.stdout
-    assert sorted(p.name for p in empty.iterdir()) == ["run.json"]        # nothing else written where it ran
+    assert sorted(p.name for p in empty.iterdir()) == ["run.json"]  # nothing else written where it ran
 
 
 INSIDE = textwrap.dedent("""
@@ -220,14 +254,16 @@ def test_the_installed_package_finds_its_data_inside_itself(installed):
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     site = pathlib.Path(got["package"]).parent.parent
-    assert site.name == "site-packages" and python.parent.parent in site.parents    # the new venv's own copy
+    assert site.name == "site-packages" and python.parent.parent in site.parents  # the new venv's own copy
     assert pathlib.Path(got["shipped"]) == site / "tpo_core" / "lab" / "data" / "mnist"
     assert "shipped with tpo_core, SHA-256 verified" in got["source"], got["source"]
     assert got["shapes"] == [[8000, 784], [2000, 784]] and got["labels"] == list(range(10))
     assert got["pixel_range"][0] == 0.0 and got["pixel_range"][1] == 1.0
-    assert got["version"] == got["dist_version"] == VERSION               # no pyproject beside it: the metadata's
-    assert got["verl_yaml"] and got["scripts"] == ["tpo_core.lab.cli:main"] and got["plugins"] == ["tpo_core.bridge.verl"]
-    assert got["results"] == "None"            # no committed results/ where it runs: the book's readers get None
+    assert got["version"] == got["dist_version"] == VERSION  # no pyproject beside it: the metadata's
+    assert (
+        got["verl_yaml"] and got["scripts"] == ["tpo_core.lab.cli:main"] and got["plugins"] == ["tpo_core.bridge.verl"]
+    )
+    assert got["results"] == "None"  # no committed results/ where it runs: the book's readers get None
 
 
 BRIDGE = textwrap.dedent("""
@@ -258,8 +294,12 @@ def test_the_torch_bridge_imports_without_jax(wheel, tmp_path):
     unpacked = tmp_path / "wheel"
     with zipfile.ZipFile(wheel) as z:
         z.extractall(unpacked)
-    done = run([sys.executable, "-S", "-c", BRIDGE, unpacked, torch_site], 300, cwd=tmp_path,
-               env=fresh_venv.clean_env(tmp_path))
+    done = run(
+        [sys.executable, "-S", "-c", BRIDGE, unpacked, torch_site],
+        300,
+        cwd=tmp_path,
+        env=fresh_venv.clean_env(tmp_path),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["loaded"] == [] and pathlib.Path(got["package"]).parent == unpacked / "tpo_core"

@@ -2,6 +2,7 @@
 FigureWidgets chunk by chunk, Stop ends a run between chunks, bad input shows validate's message, the book build
 gets a static snapshot, Colab's widget manager is switched on. The values are checked against an independent
 run of tpo_core.lab.live.stream and against TPO's closed-form target, never against what the widget computed."""
+
 import subprocess
 import sys
 import time
@@ -12,8 +13,9 @@ import pytest
 from tpo_core.lab import live, widget
 
 # the same tiny token task as the demo tests (tests/test_demo_callbacks.py); 12 episodes = chunks 1, 5, 5, 1
-TINY = dict(task="token reversal", methods=["tpo"], reward="terminal", H=3, B=8, K=4, eta=1.0, episodes=12,
-            n_seeds=1, seed=0)
+TINY = dict(
+    task="token reversal", methods=["tpo"], reward="terminal", H=3, B=8, K=4, eta=1.0, episodes=12, n_seeds=1, seed=0
+)
 
 
 def _trace(fig, name):
@@ -55,7 +57,7 @@ def test_train_draws_the_engines_values_chunk_by_chunk():
     assert [r["done"] for r in seen] == [0, 1, 6, 11, 12]
     assert seen[0]["n_traces"] == 0
     for r in seen[1:]:
-        assert list(r["x"]) == list(range(r["done"]))                       # the curve grew by the chunk
+        assert list(r["x"]) == list(range(r["done"]))  # the curve grew by the chunk
 
     # an independent run of the engine (same config, same seed: the same numbers)
     *_, ref = live.stream(live.validate(**TINY))
@@ -65,9 +67,9 @@ def test_train_draws_the_engines_values_chunk_by_chunk():
         np.testing.assert_allclose(r["error"], 100 * m["error"][0, :t], atol=1e-4)
         np.testing.assert_allclose(r["grad"], m["grad_norm"][0, :t], rtol=1e-5, atol=1e-9)
         np.testing.assert_allclose(r["step"], m["step_norm"][0, :t], rtol=1e-5, atol=1e-9)
-        assert r["pq_title"].endswith(f"episode {t - 1}")                   # the latest episode's group
+        assert r["pq_title"].endswith(f"episode {t - 1}")  # the latest episode's group
         np.testing.assert_allclose(r["q"], m["track_q"][0, t - 1, 0], atol=1e-6)
-        assert len(r["p"]) == 4                                             # p before each of the 4 epochs
+        assert len(r["p"]) == 4  # p before each of the 4 epochs
     # the plotted q is TPO's closed form q = softmax(log p_old + u / η) of the plotted p_old and the scores
     last = seen[-1]
     p_old = last["p"][0]
@@ -81,8 +83,9 @@ def test_train_draws_the_engines_values_chunk_by_chunk():
     assert not w.episode.disabled and w.episode.max == 11
     w.episode.value = 3
     assert w.figures["pq"].layout.title.text.endswith("episode 3")
-    np.testing.assert_allclose(np.asarray(_trace(w.figures["pq"], "q (TPO target)").y), m["track_q"][0, 3, 0],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(_trace(w.figures["pq"], "q (TPO target)").y), m["track_q"][0, 3, 0], atol=1e-6
+    )
 
 
 def test_stop_ends_the_run_between_chunks():
@@ -91,7 +94,7 @@ def test_stop_ends_the_run_between_chunks():
     assert w.train() is False and "K must be between 2 and 16, got 1" in w.message.value
     w.controls["K"].value = TINY["K"]
     assert w.train()
-    assert w.message.value == ""                 # a valid Train clears the last message
+    assert w.message.value == ""  # a valid Train clears the last message
     t0 = time.time()
     while w.updates < 4 and w.running and time.time() - t0 < 600:
         time.sleep(0.05)
@@ -153,7 +156,7 @@ def test_task_switch_swaps_the_methods_and_the_controls():
     c["task"].value = "MNIST bandit"
     assert {v for _, v in c["methods"].options} == set(live.M.BANDIT_METHODS)
     assert c["H"].layout.display == "none" and c["bandit_steps"].layout.display is None
-    assert c["methods"].value == ("tpo",)            # kept: TPO runs on both tasks
+    assert c["methods"].value == ("tpo",)  # kept: TPO runs on both tasks
 
 
 def test_book_build_shows_a_static_snapshot(monkeypatch):
@@ -166,12 +169,12 @@ def test_book_build_shows_a_static_snapshot(monkeypatch):
     InteractiveShell.instance()
     w = widget.live_training(snapshot=dict(episodes=3), **TINY)
     with capture_output() as cap:
-        display(w)                               # what a cell's last expression does
+        display(w)  # what a cell's last expression does
     bundles = [o.data for o in cap.outputs]
     assert all("application/vnd.jupyter.widget-view+json" not in b for b in bundles)
     html = [b["text/html"] for b in bundles]
     assert len(html) == 4
-    assert all("Plotly.newPlot" in h and "<script src" not in h for h in html[:3])   # plotly.js: the page's own
+    assert all("Plotly.newPlot" in h and "<script src" not in h for h in html[:3])  # plotly.js: the page's own
     assert "error of each episode" in html[0] and "‖∇L‖" in html[1] and "tracked group" in html[2]
     assert "TPO, 3 episodes" in html[3] and "Jupyter or Colab" in html[3]
 
@@ -197,8 +200,10 @@ def test_colab_custom_widget_manager(monkeypatch):
 def test_the_package_runs_it_without_demos_or_gradio():
     """Colab installs only tpo_core: the engine and the widget import neither demos/ nor gradio, and the demo's
     training module is the same engine (one chunk loop)."""
-    code = ("import sys, tpo_core.lab.live, tpo_core.lab.widget; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('demos', 'gradio')]; print(bad)")
+    code = (
+        "import sys, tpo_core.lab.live, tpo_core.lab.widget; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('demos', 'gradio')]; print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip() == "[]"
     from demos import inputs

@@ -2,6 +2,7 @@
 system Chromium through Playwright: open a notebook that shows the widget, run its cell, see the controls and the
 three plotly figures render, press Train and see the error curve's points grow, press Stop and see them stop
 growing. Screenshot: _build/screenshots/widget/live_training.png."""
+
 import json
 import os
 import secrets
@@ -17,31 +18,64 @@ from tests.conftest import ROOT, open_page
 pytestmark = pytest.mark.browser
 
 # the demo tests' tiny token task, for longer than the test watches it (so Stop ends it)
-CELL = ("from tpo_core.lab.widget import live_training\n"
-        "live_training(methods=['tpo'], H=3, B=8, K=4, episodes=2000)")
+CELL = "from tpo_core.lab.widget import live_training\nlive_training(methods=['tpo'], H=3, B=8, K=4, episodes=2000)"
 
 
 @pytest.fixture(scope="module")
 def jupyter(tmp_path_factory):
     """`python -m notebook` serving a temp folder on 127.0.0.1 with a token; its kernels use this Python."""
     home = tmp_path_factory.mktemp("jupyter")
-    (home / "widget.ipynb").write_text(json.dumps({
-        "cells": [{"cell_type": "code", "execution_count": None, "id": "live", "metadata": {}, "outputs": [],
-                   "source": CELL}],
-        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
-        "nbformat": 4, "nbformat_minor": 5}))
+    (home / "widget.ipynb").write_text(
+        json.dumps(
+            {
+                "cells": [
+                    {
+                        "cell_type": "code",
+                        "execution_count": None,
+                        "id": "live",
+                        "metadata": {},
+                        "outputs": [],
+                        "source": CELL,
+                    }
+                ],
+                "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+                "nbformat": 4,
+                "nbformat_minor": 5,
+            }
+        )
+    )
     with __import__("socket").socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     token = secrets.token_hex(16)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-               JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-               IPYTHONDIR=str(home / "ipython"), JUPYTER_PLATFORM_DIRS="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        JUPYTER_CONFIG_DIR=str(home / "config"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        IPYTHONDIR=str(home / "ipython"),
+        JUPYTER_PLATFORM_DIRS="1",
+    )
     log = open(home / "server.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "notebook", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-         "--ServerApp.port_retries=0", "--allow-root", "--LabApp.extension_manager=readonly", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={home}"],
-        cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "notebook",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            "--allow-root",
+            "--LabApp.extension_manager=readonly",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={home}",
+        ],
+        cwd=home,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 90
@@ -77,7 +111,9 @@ POINTS = """() => {
 # Notebook 7.6.5's own frontend raises this while loading its settings, with or without the widget (a notebook whose
 # only cell is print(1) gets it too, with the jupytext extension disabled as well): not ours to fix, so not counted
 NOTEBOOK_NOISE = {"Cannot read properties of undefined (reading 'schema')"}
-STARTED = """() => Array.from(document.querySelectorAll('.jp-InputPrompt')).some(e => /\\[(\\*|\\d+)\\]/.test(e.innerText))"""
+STARTED = (
+    """() => Array.from(document.querySelectorAll('.jp-InputPrompt')).some(e => /\\[(\\*|\\d+)\\]/.test(e.innerText))"""
+)
 STATUS = """() => Array.from(document.querySelectorAll('.widget-html-content'))
     .map(e => e.innerText).join(' | ')"""
 
@@ -91,8 +127,9 @@ def test_widget_trains_and_stops_in_jupyter(jupyter, browser, screenshots_dir):
         page.goto(f"{url}/notebooks/widget.ipynb?token={token}")
         page.wait_for_selector(".jp-Notebook .jp-CodeCell .cm-content", timeout=60_000)
         # the kernel is up when the notebook's kernel indicator reads idle
-        page.wait_for_function("""() => document.querySelector('.jp-Notebook-ExecutionIndicator[data-status="idle"]')""",
-                               timeout=90_000)
+        page.wait_for_function(
+            """() => document.querySelector('.jp-Notebook-ExecutionIndicator[data-status="idle"]')""", timeout=90_000
+        )
         # Run > Run All Cells (a keypress can land before the editor has focus); once more if it did not start
         for attempt in range(2):
             page.locator(".lm-MenuBar-item", has_text="Run").first.click()
@@ -111,7 +148,7 @@ def test_widget_trains_and_stops_in_jupyter(jupyter, browser, screenshots_dir):
         assert page.evaluate(POINTS) == 0 and stop.is_disabled()
 
         train.click()
-        page.wait_for_function(f"({POINTS})() >= 1", timeout=240_000)      # the first chunk (after its compile)
+        page.wait_for_function(f"({POINTS})() >= 1", timeout=240_000)  # the first chunk (after its compile)
         first = page.evaluate(POINTS)
         page.wait_for_function(f"({POINTS})() > {first}", timeout=240_000)  # ... and later chunks add points
         assert not stop.is_disabled() and train.is_disabled()
@@ -123,7 +160,7 @@ def test_widget_trains_and_stops_in_jupyter(jupyter, browser, screenshots_dir):
         assert f"stopped at {stopped} / 2000 episodes" in text, text
         assert first < stopped < 2000
         time.sleep(2.0)
-        assert page.evaluate(POINTS) == stopped                              # nothing trains after Stop
+        assert page.evaluate(POINTS) == stopped  # nothing trains after Stop
         assert not train.is_disabled() and stop.is_disabled()
         page.screenshot(path=str(out / "live_training.png"), full_page=True)
     except Exception as e:

@@ -23,6 +23,7 @@ Quick tour::
 The names below are imported on first use (PEP 562), so ``import tpo_core.bridge.torch_ops`` in a PyTorch
 trainer never imports JAX.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -50,10 +51,30 @@ def _version() -> str:
 __version__ = _version()
 
 _EXPORTS = {
-    "losses": ("clipped_surrogate", "cross_entropy_loss", "dapo_loss", "dg_loss", "dg_weights", "group_pg_loss",
-               "grpo_advantages", "grpo_loss", "grpo_token_ratio_loss", "k3_kl", "batch_baseline_advantages",
-               "pg_loss", "ppo_loss", "rebel_loss", "rloo_advantages", "rloo_loss", "standardize", "tpo_loss",
-               "tpo_target", "tpo_token_loss", "vmpo_loss", "zero_variance"),
+    "losses": (
+        "clipped_surrogate",
+        "cross_entropy_loss",
+        "dapo_loss",
+        "dg_loss",
+        "dg_weights",
+        "group_pg_loss",
+        "grpo_advantages",
+        "grpo_loss",
+        "grpo_token_ratio_loss",
+        "k3_kl",
+        "batch_baseline_advantages",
+        "pg_loss",
+        "ppo_loss",
+        "rebel_loss",
+        "rloo_advantages",
+        "rloo_loss",
+        "standardize",
+        "tpo_loss",
+        "tpo_target",
+        "tpo_token_loss",
+        "vmpo_loss",
+        "zero_variance",
+    ),
     "methods": ("BANDIT_METHODS", "REGISTRY", "TOKEN_METHODS", "Method", "get_method"),
     "config": ("BanditConfig", "TokenConfig"),
     "runtime": ("enable_compile_cache",),

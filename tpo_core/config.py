@@ -22,15 +22,15 @@ class TokenConfig:
     method: str = "tpo"
     target: str = "reverse_copy"
     reward: str = "terminal"
-    H: int = 10                   # prompt = answer length
-    V: int = 2                    # vocabulary
-    B: int = 100                  # prompts per episode
-    K: int = 8                    # completions per prompt (group) or candidates per state (token)
+    H: int = 10  # prompt = answer length
+    V: int = 2  # vocabulary
+    B: int = 100  # prompts per episode
+    K: int = 8  # completions per prompt (group) or candidates per state (token)
     episodes: int = 2000
     epochs: Optional[int] = None  # None: the method's default (4, or 1 for DG/RLOO)
     lr: float = 1e-3
     eta: float = 1.0
-    beta: float = 0.04            # GRPO's KL coefficient
+    beta: float = 0.04  # GRPO's KL coefficient
     clip_eps: float = 0.2
     std_floor: float = STD_FLOOR  # σ threshold of the standardisation (the paper's)
     optimizer: str = "muon"       # "muon" (Muon on 2-D params + AdamW) or "adam"
@@ -38,9 +38,9 @@ class TokenConfig:
     heads: int = 2
     layers: int = 2
     ffn: int = 256
-    track: int = 2                # groups whose p and q are recorded each episode
-    old_logp: str = "sampling"    # behaviour log-probs kept from sampling (KV path), or "teacher_forced"
-    reward_noise: float = 0.0     # std of Gaussian noise added to group/candidate scores (0 = paper)
+    track: int = 2  # groups whose p and q are recorded each episode
+    old_logp: str = "sampling"  # behaviour log-probs kept from sampling (KV path), or "teacher_forced"
+    reward_noise: float = 0.0  # std of Gaussian noise added to group/candidate scores (0 = paper)
 
     def __post_init__(self):
         m = methods.get(self.method)

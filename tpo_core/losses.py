@@ -12,6 +12,7 @@ All functions are jit/vmap/grad friendly. Arguments that are plain Python number
 are validated eagerly and raise ``ValueError`` naming the parameter (the configs' rules, :mod:`tpo_core.checks`;
 a traced η is checked by the config it came from).
 """
+
 from __future__ import annotations
 
 import jax
@@ -148,8 +149,18 @@ def clipped_surrogate(log_ratio, adv, clip_eps=0.2, clip_eps_high=None):
     return jnp.minimum(rho * adv, jnp.clip(rho, 1.0 - clip_eps, 1.0 + hi) * adv)
 
 
-def grpo_loss(logp, logp_old, scores, *, beta=0.04, clip_eps=0.2, clip_eps_high=None,
-              ddof: int = 0, mask_zero_var: bool = False, logp_ref=None):
+def grpo_loss(
+    logp,
+    logp_old,
+    scores,
+    *,
+    beta=0.04,
+    clip_eps=0.2,
+    clip_eps_high=None,
+    ddof: int = 0,
+    mask_zero_var: bool = False,
+    logp_ref=None,
+):
     r"""GRPO exactly as the paper's code: sequence-level ratio, k3 KL to the rollout snapshot.
 
     .. math:: L = \operatorname{mean}_{prompts} -\sum_{i\le K}\big[\min(\rho_iA_i,
@@ -171,9 +182,19 @@ def grpo_loss(logp, logp_old, scores, *, beta=0.04, clip_eps=0.2, clip_eps_high=
     return (per_group * keep).sum() / jnp.maximum(keep.sum(), 1.0)
 
 
-def grpo_token_ratio_loss(token_logp, token_logp_old, scores, mask=None, *, beta=0.04, clip_eps=0.2,
-                          clip_eps_high=None, ddof: int = 1, aggregation: str = "sequence",
-                          token_logp_ref=None):
+def grpo_token_ratio_loss(
+    token_logp,
+    token_logp_old,
+    scores,
+    mask=None,
+    *,
+    beta=0.04,
+    clip_eps=0.2,
+    clip_eps_high=None,
+    ddof: int = 1,
+    aggregation: str = "sequence",
+    token_logp_ref=None,
+):
     r"""GRPO with **per-token** ratios (the TRL/verl flavour), and DAPO's token-level aggregation.
 
     Shapes: ``token_logp`` ``[..., K, T]``, ``scores`` ``[..., K]``, ``mask`` ``[..., K, T]``.
@@ -203,9 +224,17 @@ def dapo_loss(token_logp, token_logp_old, scores, mask=None, *, clip_eps=0.2, cl
     """
     keep = (~zero_variance(scores)).astype(jnp.float32)[..., None, None]
     mask = jnp.ones_like(token_logp) if mask is None else mask
-    return grpo_token_ratio_loss(token_logp, token_logp_old, scores, mask * keep, beta=0.0,
-                                 clip_eps=clip_eps, clip_eps_high=clip_eps_high, ddof=0,
-                                 aggregation="token")
+    return grpo_token_ratio_loss(
+        token_logp,
+        token_logp_old,
+        scores,
+        mask * keep,
+        beta=0.0,
+        clip_eps=clip_eps,
+        clip_eps_high=clip_eps_high,
+        ddof=0,
+        aggregation="token",
+    )
 
 
 # --------------------------------------------------------------------------------------------

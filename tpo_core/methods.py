@@ -15,6 +15,7 @@ Sampling kinds on the token tasks:
 Each loss reads its hyperparameters from ``knobs``, the run's traced scalars (:data:`tpo_core.config.TOKEN_KNOBS`:
 eta, lr, beta, clip_eps, std_floor, reward_noise; :data:`~tpo_core.config.BANDIT_KNOBS` on the bandit).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -86,8 +87,8 @@ def refill_select(scores, B: int):
     loss masks it), so ``keep.mean()`` is the fill fraction. DAPO itself keeps sampling until the batch is
     full; with a fixed oversampling factor the batch is filled from what was drawn and the shortfall logged.
     """
-    informative = ~L.zero_variance(scores)                                   # [N]
-    order = jnp.argsort((~informative).astype(jnp.int32), stable=True)       # informative first, draw order kept
+    informative = ~L.zero_variance(scores)  # [N]
+    order = jnp.argsort((~informative).astype(jnp.int32), stable=True)  # informative first, draw order kept
     idx = order[:B]
     return idx, informative[idx]
 
@@ -112,7 +113,10 @@ def tpo_refill(oversample: float = 2.0, name: str | None = None) -> Method:
         loss=_tpo_refill_loss,
         summary=f"TPO on the first B informative groups of {oversample:g}·B drawn (DAPO's dynamic sampling, fixed "
         "oversampling; zero-variance filler masked when fewer are informative).",
-        variant="beyond the paper", oversample=float(oversample), refill=True)
+        variant="beyond the paper",
+        oversample=float(oversample),
+        refill=True,
+    )
 
 
 REGISTRY: dict[str, Method] = {}

@@ -6,6 +6,7 @@ tokens, which attend to the prompt's cached keys/values (broadcast over K) and c
 other — both when sampling (a KV cache over the answer) and in the teacher-forced training pass.
 The input buffer is ``[prompt, answer]`` (length 2H, no BOS); position H-1+t predicts answer token t.
 """
+
 from __future__ import annotations
 
 import jax
@@ -111,8 +112,10 @@ class Attention(nnx.Module):
         # the reference's [..., h, hd] layout.
         w = self.wqkv[...]
         biases = [b[...] for b in (self.bq, self.bk, self.bv)]
-        return [tuple(_rows(lambda r, i=i, j=j: r @ w[i, :, j], x) + biases[i][j] for i in range(3))
-                for j in range(w.shape[2])]
+        return [
+            tuple(_rows(lambda r, i=i, j=j: r @ w[i, :, j], x) + biases[i][j] for i in range(3))
+            for j in range(w.shape[2])
+        ]
 
     def out(self, heads):  # one [..., hd] per head -> [..., d]
         wo = self.wo[...]
@@ -163,7 +166,7 @@ class Block(nnx.Module):
             sp = _mm_nt(q.reshape(b, kk * tt, e), kp).reshape(b, kk, tt, -1) * self.attn.scale
             sa = jnp.where(mask, _mm_nt(q, k) * self.attn.scale, -1e30)
             w = jax.nn.softmax(jnp.concatenate([sp, sa], -1), -1)
-            wp, wa = w[..., : sp.shape[-1]], w[..., sp.shape[-1]:]
+            wp, wa = w[..., : sp.shape[-1]], w[..., sp.shape[-1] :]
             outs.append(_mm_nn(wp.reshape(b, kk * tt, -1), vp).reshape(q.shape) + _mm_nn(wa, v))
             kvs.append((k, v))
         x = x + self.attn.out(outs)
@@ -176,8 +179,17 @@ class Transformer(nnx.Module):
     About 101.6k parameters at V = 2, H = 10.
     """
 
-    def __init__(self, vocab: int, horizon: int, d_model: int = 64, heads: int = 2, layers: int = 2,
-                 ffn: int = 256, *, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        vocab: int,
+        horizon: int,
+        d_model: int = 64,
+        heads: int = 2,
+        layers: int = 2,
+        ffn: int = 256,
+        *,
+        rngs: nnx.Rngs,
+    ):
         if d_model % heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by heads ({heads})")
         self.vocab, self.horizon = vocab, horizon
@@ -233,8 +245,9 @@ class Transformer(nnx.Module):
         logp0 = jnp.broadcast_to(logp0[:, None, :], (b, k, self.vocab))
         tok0 = jax.random.categorical(keys[0], logp0)
         hd = prompt_kv[0][0][0].shape[-1]
-        cache0 = [[(jnp.zeros((b, k, h - 1, hd)), jnp.zeros((b, k, h - 1, hd))) for _ in layer_kv]
-                  for layer_kv in prompt_kv]
+        cache0 = [
+            [(jnp.zeros((b, k, h - 1, hd)), jnp.zeros((b, k, h - 1, hd))) for _ in layer_kv] for layer_kv in prompt_kv
+        ]
 
         def step(carry, t):
             tok, cache = carry
@@ -262,7 +275,7 @@ class Transformer(nnx.Module):
         x = self.embed(buf) + self.pos[...][: 2 * h - 1]
         for block in self.blocks:
             x, _ = block.prompt(x)
-        logp = jax.nn.log_softmax(self.head(self.ln_f(x)), -1)[:, h - 1:]
+        logp = jax.nn.log_softmax(self.head(self.ln_f(x)), -1)[:, h - 1 :]
         return logp.reshape(b, k, h, -1)
 
 

@@ -3,6 +3,7 @@
 Nothing here knows about training: modules that keep compiled programs (``tpo_core.train``) register a
 function that forgets them with :func:`register_cache`, and :func:`release_compiled` calls it.
 """
+
 from __future__ import annotations
 
 import functools

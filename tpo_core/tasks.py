@@ -6,6 +6,7 @@ Rewards per answer token: ``bag`` r_t = 1{a_t = target_t}; ``sequential`` r_t = 
 Sequence score = mean_t r_t. Error = 1 - mean score, which is the exact-match error for
 ``terminal``, the token error for ``bag`` and 1 - mean cumulative product for ``sequential``.
 """
+
 from __future__ import annotations
 
 import jax.numpy as jnp

@@ -18,6 +18,7 @@ One token-task episode (arXiv 2604.06159 §3.4–3.6; the reference repository's
     refill variants (``tpo_refill``): round(B·r) prompts drawn, the first B informative groups kept
     epochs × { loss(batch) -> grads -> Muon/AdamW update }   # full batch, q/advantages frozen
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,8 +48,12 @@ def optimizer_route(params):
 def muon_adamw(learning_rate: float):
     """Muon on 2-D parameters, AdamW (weight decay 0, Nesterov) on the rest, as the paper does."""
     return optax.multi_transform(
-        {"muon": optax.contrib.muon(learning_rate),
-         "adamw": optax.adamw(learning_rate, weight_decay=0.0, nesterov=True)}, optimizer_route)
+        {
+            "muon": optax.contrib.muon(learning_rate),
+            "adamw": optax.adamw(learning_rate, weight_decay=0.0, nesterov=True),
+        },
+        optimizer_route,
+    )
 
 
 def make_optimizer(name: str):
@@ -74,10 +79,10 @@ class Program:
     n, *data)`` advances every run by ``n`` episodes and returns metrics [runs, n, ...].
     """
 
-    init_runs: Callable             # (keys [N], knobs {name: [N]}) -> carry
-    chunk: Callable                 # (carry, start, n, *data) -> (carry, metrics with [N, n, ...])
-    knobs: dict                     # this configuration's traced scalars
-    data: tuple = ()                # arrays passed to every chunk (bandit images)
+    init_runs: Callable  # (keys [N], knobs {name: [N]}) -> carry
+    chunk: Callable  # (carry, start, n, *data) -> (carry, metrics with [N, n, ...])
+    knobs: dict  # this configuration's traced scalars
+    data: tuple = ()  # arrays passed to every chunk (bandit images)
     unit: str = "episodes"
 
     def init(self, seeds: Sequence[int], points: Sequence[dict] | None = None):
@@ -305,7 +310,7 @@ def _token_parts(cfg: TokenConfig):
         answers, logp_full_old = policy.sample(prompts, ksmp, n_samples)   # [B, n_samples, H], [.., H, V]
         if cfg.old_logp == "teacher_forced":  # recompute with the loss's own forward (+1 forward per episode)
             logp_full_old = policy.answer_logprobs(prompts, answers)
-        target = tasks.target_tokens(prompts, cfg.target, V)                   # [B, H]
+        target = tasks.target_tokens(prompts, cfg.target, V)  # [B, H]
         correct = answers == target[:, None, :]
         rewards = tasks.token_rewards(correct, cfg.reward)                     # [B, n_samples, H]
         scores = tasks.sequence_scores(rewards)                                # [B, n_samples]
@@ -355,11 +360,17 @@ def _token_parts(cfg: TokenConfig):
             return (new_params, opt), (loss, optax.tree.norm(grads["model"]), step, p_track)
 
         (params, opt), (loss, gnorm, step, p_track) = jax.lax.scan(
-            epoch, (state["params"], state["opt"]), None, length=E)
+            epoch, (state["params"], state["opt"]), None, length=E
+        )
         with jax.named_scope("metrics"):
-            metrics = dict(error=error, loss=loss[0], grad_norm=gnorm[0], grad_norm_last=gnorm[-1],
-                           step_norm=step[0],  # ‖Δθ‖ of the first epoch's update (Muon/Adam: not ∝ ‖∇L‖)
-                           update_norm=_param_delta_norm(params["model"], state["params"]["model"]))  # whole episode
+            metrics = dict(
+                error=error,
+                loss=loss[0],
+                grad_norm=gnorm[0],
+                grad_norm_last=gnorm[-1],
+                step_norm=step[0],  # ‖Δθ‖ of the first epoch's update (Muon/Adam: not ∝ ‖∇L‖)
+                update_norm=_param_delta_norm(params["model"], state["params"]["model"]),
+            )  # whole episode
             if spec.refill:  # share of the B training groups that are informative (1 = the refill filled it)
                 metrics["fill_frac"] = batch["keep"].astype(jnp.float32).mean()
             if "scores" in batch:  # group and token methods: group statistics and TPO's target
@@ -380,11 +391,19 @@ def _token_parts(cfg: TokenConfig):
                     / jnp.maximum(informative.sum(), 1.0))
                 if sampling.groups and n_track:
                     idx = _tracked(s)
-                    metrics.update(track_q=q[idx], track_p=jnp.moveaxis(p_track, 0, 1),  # p: [n_track, epochs, K]
-                                   track_scores=s[idx], track_informative=~zero[idx])
+                    metrics.update(
+                        track_q=q[idx],
+                        track_p=jnp.moveaxis(p_track, 0, 1),  # p: [n_track, epochs, K]
+                        track_scores=s[idx],
+                        track_informative=~zero[idx],
+                    )
             else:
-                metrics.update({k: jnp.zeros(()) for k in ("zero_var_frac", "success_mass", "success_mass_old",
-                                                            "entropy_p_old", "tv")})
+                metrics.update(
+                    {
+                        k: jnp.zeros(())
+                        for k in ("zero_var_frac", "success_mass", "success_mass_old", "entropy_p_old", "tv")
+                    }
+                )
         return dict(state, params=params, opt=opt), metrics
 
     return dict(init_one=init_one, rollout=rollout, loss_fn=loss_fn, tx=tx, episode=episode)
@@ -399,8 +418,9 @@ def make_bandit_program(cfg: BanditConfig, dataset, run_batch: int | None = None
     check_run_batch(run_batch)
     runtime.release_compiled()
     init_runs, chunk, data = _bandit_program(cfg.static, dataset, run_batch)
-    return Program(init_runs=init_runs, chunk=chunk, knobs=cfg.knobs, data=data,
-                   unit=f"blocks of {cfg.eval_every} steps")
+    return Program(
+        init_runs=init_runs, chunk=chunk, knobs=cfg.knobs, data=data, unit=f"blocks of {cfg.eval_every} steps"
+    )
 
 
 @functools.lru_cache(maxsize=32)
@@ -433,8 +453,12 @@ def _bandit_program(cfg: BanditConfig, dataset, run_batch: int | None = None):
         loss, grads = jax.value_and_grad(loss_fn)(state["params"])
         updates, opt = tx.update(grads, state["opt"], state["params"])
         params = optax.apply_updates(state["params"], updates)
-        metrics = dict(train_error=1.0 - reward.mean(), loss=loss, grad_norm=optax.tree.norm(grads),
-                       step_norm=optax.tree.norm(updates))
+        metrics = dict(
+            train_error=1.0 - reward.mean(),
+            loss=loss,
+            grad_norm=optax.tree.norm(grads),
+            step_norm=optax.tree.norm(updates),
+        )
         return dict(state, params=params, opt=opt), metrics
 
     def block(state, b, x_train, y_train, x_test, y_test):
@@ -448,8 +472,10 @@ def _bandit_program(cfg: BanditConfig, dataset, run_batch: int | None = None):
     @functools.partial(runtime.TopLevelJit, static_argnums=2, options=runtime.chunk_compiler_options())
     def chunk(carry, start, n, x_train, y_train, x_test, y_test):
         def one_run(state):
-            return jax.lax.scan(lambda st, b: block(st, b, x_train, y_train, x_test, y_test),
-                                state, start + jnp.arange(n))
+            return jax.lax.scan(
+                lambda st, b: block(st, b, x_train, y_train, x_test, y_test), state, start + jnp.arange(n)
+            )
+
         return _map_runs(one_run, carry, run_batch)
 
     data = tuple(jnp.asarray(a) for a in (dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test))
@@ -473,8 +499,14 @@ def _collect(program: Program, seeds, n: int, chunk_size, callback, points) -> d
     return out if points is None else by_point(out, len(points), len(seeds))
 
 
-def train_tokens(cfg: TokenConfig, seeds: Sequence[int] = (0,), chunk_size: int | None = None,
-                 callback: Callable | None = None, sweep: dict | None = None, run_batch: int | None = None) -> dict:
+def train_tokens(
+    cfg: TokenConfig,
+    seeds: Sequence[int] = (0,),
+    chunk_size: int | None = None,
+    callback: Callable | None = None,
+    sweep: dict | None = None,
+    run_batch: int | None = None,
+) -> dict:
     """Run ``cfg`` for every seed; returns metrics as numpy arrays [S, episodes, ...].
 
     ``sweep={"eta": [0.25, 0.5, 1, 2, 4]}`` (any of ``cfg.knobs``; several keys are zipped) runs every
@@ -509,13 +541,22 @@ def check_memory(cfg: TokenConfig, n_runs: int, n_seeds: int | None = None, avai
         raise ValueError(
             f"B={cfg.B}, K={cfg.K}, H={cfg.H} with {seeds} seed(s) ({n_runs} run(s) at once) needs at least "
             f"{_gib(need)} for one training step but {_gib(available)} is available: lower B, K, H, the seeds, "
-            f"or run_batch")
+            f"or run_batch"
+        )
 
 
-def train_bandit(cfg: BanditConfig, dataset, seeds: Sequence[int] = (0,), chunk_size: int | None = None,
-                 callback: Callable | None = None, sweep: dict | None = None, run_batch: int | None = None) -> dict:
+def train_bandit(
+    cfg: BanditConfig,
+    dataset,
+    seeds: Sequence[int] = (0,),
+    chunk_size: int | None = None,
+    callback: Callable | None = None,
+    sweep: dict | None = None,
+    run_batch: int | None = None,
+) -> dict:
     """Run the bandit for every seed; metrics [S, steps // eval_every] (test error after each block), or
     [P, S, ...] with ``sweep`` (keys from ``cfg.knobs``: eta, lr); ``run_batch`` as in :func:`train_tokens`."""
     points = check_sweep(cfg, sweep) if sweep else None
-    return _collect(make_bandit_program(cfg, dataset, run_batch), seeds, cfg.steps // cfg.eval_every, chunk_size,
-                    callback, points)
+    return _collect(
+        make_bandit_program(cfg, dataset, run_batch), seeds, cfg.steps // cfg.eval_every, chunk_size, callback, points
+    )

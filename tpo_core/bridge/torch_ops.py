@@ -30,6 +30,7 @@ micro-batch split or data-parallel sharding of the rows. It holds only at θ_old
 (or later mini-batches of one rollout) the gradient needs the *current* group softmax p(θ), hence
 whole groups in one loss (:func:`tpo_loss`).
 """
+
 from __future__ import annotations
 
 from typing import Hashable, Sequence
@@ -39,8 +40,19 @@ import torch
 from tpo_core import checks
 from tpo_core.constants import STD_FLOOR  # the engine's σ threshold (a module with no imports: no JAX here)
 
-__all__ = ["STD_FLOOR", "standardize", "tpo_target", "tpo_loss", "sequence_logp", "group_index",
-           "gather_groups", "tpo_sequence_weights", "tpo_diagnostics", "within_group_spread", "check_eta"]
+__all__ = [
+    "STD_FLOOR",
+    "standardize",
+    "tpo_target",
+    "tpo_loss",
+    "sequence_logp",
+    "group_index",
+    "gather_groups",
+    "tpo_sequence_weights",
+    "tpo_diagnostics",
+    "within_group_spread",
+    "check_eta",
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -87,16 +99,16 @@ def _valid_mask(valid, like: torch.Tensor) -> torch.Tensor:
         return torch.ones(like.shape, dtype=torch.bool, device=like.device)
     valid = torch.as_tensor(valid, device=like.device).bool()
     if tuple(valid.shape) != tuple(like.shape):
-        raise ValueError(f"valid must have the shape of the group tensors {tuple(like.shape)}, "
-                         f"got {tuple(valid.shape)}")
+        raise ValueError(
+            f"valid must have the shape of the group tensors {tuple(like.shape)}, got {tuple(valid.shape)}"
+        )
     return valid
 
 
 # --------------------------------------------------------------------------------------------
 # the group math
 # --------------------------------------------------------------------------------------------
-def standardize(scores: torch.Tensor, valid: torch.Tensor | None = None, *,
-                floor: float = STD_FLOOR) -> torch.Tensor:
+def standardize(scores: torch.Tensor, valid: torch.Tensor | None = None, *, floor: float = STD_FLOOR) -> torch.Tensor:
     r"""Group z-score with the paper's zero-variance rule (population std, ddof = 0).
 
     .. math:: c = s - \bar s,\qquad \sigma = \sqrt{\tfrac1K \textstyle\sum_i c_i^2},\qquad
@@ -126,8 +138,14 @@ def _masked_log_softmax(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(torch.where(valid, x, torch.full_like(x, lowest)), dim=-1)
 
 
-def tpo_target(logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0,
-               valid: torch.Tensor | None = None, *, std_floor: float = STD_FLOOR) -> torch.Tensor:
+def tpo_target(
+    logp_old: torch.Tensor,
+    scores: torch.Tensor,
+    eta: float = 1.0,
+    valid: torch.Tensor | None = None,
+    *,
+    std_floor: float = STD_FLOOR,
+) -> torch.Tensor:
     r"""TPO's target distribution over the group (detached).
 
     .. math:: q = \mathrm{softmax}\big(\log\mathrm{softmax}(\ell_{old}) + u/\eta\big)
@@ -150,9 +168,16 @@ def tpo_target(logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0,
     return torch.where(valid, q, torch.zeros_like(q)).detach()
 
 
-def tpo_loss(logp: torch.Tensor, logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0,
-             valid: torch.Tensor | None = None, *, reduction: str = "mean",
-             std_floor: float = STD_FLOOR) -> torch.Tensor:
+def tpo_loss(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    scores: torch.Tensor,
+    eta: float = 1.0,
+    valid: torch.Tensor | None = None,
+    *,
+    reduction: str = "mean",
+    std_floor: float = STD_FLOOR,
+) -> torch.Tensor:
     r"""Sequence-level TPO: cross-entropy from the frozen target q to the group softmax p(θ).
 
     .. math:: L = \frac1G\sum_{g}\Big(-\sum_{i\in g} q_i \log p_i\Big),\qquad
@@ -216,8 +241,9 @@ def _uid_key(u) -> Hashable:
     return u
 
 
-def group_index(uids: Sequence[Hashable], group_size: int | None = None, *,
-                contiguous: bool = False, device=None) -> torch.Tensor:
+def group_index(
+    uids: Sequence[Hashable], group_size: int | None = None, *, contiguous: bool = False, device=None
+) -> torch.Tensor:
     """Row ids of each group, ``[G, K]``, groups in order of first appearance.
 
     ``uids[i]`` is the prompt id of row i (verl's ``non_tensor_batch["uid"]``; TRL's prompt index).
@@ -235,8 +261,10 @@ def group_index(uids: Sequence[Hashable], group_size: int | None = None, *,
     sizes = {len(r) for r in rows.values()}
     if len(sizes) != 1:
         counts = sorted(sizes)
-        raise ValueError(f"uids: ragged groups (group sizes {counts}); TPO needs whole groups of one size K "
-                         "(a group split across batches or an incomplete group?)")
+        raise ValueError(
+            f"uids: ragged groups (group sizes {counts}); TPO needs whole groups of one size K "
+            "(a group split across batches or an incomplete group?)"
+        )
     k = sizes.pop()
     if group_size is not None and k != group_size:
         raise ValueError(f"group_size={group_size} but uids form groups of K={k}")
@@ -245,8 +273,10 @@ def group_index(uids: Sequence[Hashable], group_size: int | None = None, *,
     if contiguous:
         for g, r in enumerate(rows.values()):
             if r != list(range(g * k, (g + 1) * k)):
-                raise ValueError(f"uids: group {g} occupies rows {r}, not the contiguous block "
-                                 f"{g * k}..{(g + 1) * k - 1} (rows shuffled or a group split?)")
+                raise ValueError(
+                    f"uids: group {g} occupies rows {r}, not the contiguous block "
+                    f"{g * k}..{(g + 1) * k - 1} (rows shuffled or a group split?)"
+                )
     return torch.tensor(list(rows.values()), dtype=torch.long, device=device)
 
 
@@ -255,8 +285,9 @@ def _as_index(index, n: int, device) -> torch.Tensor:
         index = index.to(device=device, dtype=torch.long)
     else:
         index = group_index(index, device=device)
-    if index.numel() != n or not torch.equal(torch.sort(index.reshape(-1)).values,
-                                             torch.arange(n, device=index.device)):
+    if index.numel() != n or not torch.equal(
+        torch.sort(index.reshape(-1)).values, torch.arange(n, device=index.device)
+    ):
         raise ValueError(f"index must cover each of the {n} rows exactly once, got shape {tuple(index.shape)}")
     return index
 
@@ -266,8 +297,15 @@ def gather_groups(x: torch.Tensor, index) -> torch.Tensor:
     return x[_as_index(index, x.shape[0], x.device)]
 
 
-def tpo_sequence_weights(seq_logp_old: torch.Tensor, scores: torch.Tensor, index, eta: float = 1.0,
-                         valid: torch.Tensor | None = None, *, std_floor: float = STD_FLOOR) -> torch.Tensor:
+def tpo_sequence_weights(
+    seq_logp_old: torch.Tensor,
+    scores: torch.Tensor,
+    index,
+    eta: float = 1.0,
+    valid: torch.Tensor | None = None,
+    *,
+    std_floor: float = STD_FLOOR,
+) -> torch.Tensor:
     r"""Per-row policy-gradient coefficient that reproduces TPO's gradient at θ = θ_old.
 
     .. math:: w_i = \frac{N}{G}\,(q_i - p^{old}_i) = K\,(q_i - p^{old}_i),\qquad
@@ -319,8 +357,14 @@ def within_group_spread(x: torch.Tensor, valid: torch.Tensor | None = None) -> t
     return float(std[has].mean()), float(spread[has].mean())
 
 
-def tpo_diagnostics(logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0,
-                    valid: torch.Tensor | None = None, *, std_floor: float = STD_FLOOR) -> dict[str, float]:
+def tpo_diagnostics(
+    logp_old: torch.Tensor,
+    scores: torch.Tensor,
+    eta: float = 1.0,
+    valid: torch.Tensor | None = None,
+    *,
+    std_floor: float = STD_FLOOR,
+) -> dict[str, float]:
     r"""What to log per batch of groups ``[G, K]`` (means over groups).
 
     * ``entropy_p_old``, ``entropy_q``: :math:`-\sum_i p_i \log p_i` of the group softmax and the target;
@@ -348,5 +392,11 @@ def tpo_diagnostics(logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1
     sigma = torch.sqrt((c * c).sum(-1) / n)
     moved = q.argmax(-1) != p_old.argmax(-1)
     mean = lambda x: float(x.float().mean())  # noqa: E731
-    return {"entropy_p_old": mean(ent_p), "entropy_q": mean(ent_q), "tv": mean(tv), "kl_q_p_old": mean(kl),
-            "zero_variance_frac": mean(sigma <= std_floor), "argmax_moved_frac": mean(moved)}
+    return {
+        "entropy_p_old": mean(ent_p),
+        "entropy_q": mean(ent_q),
+        "tv": mean(tv),
+        "kl_q_p_old": mean(kl),
+        "zero_variance_frac": mean(sigma <= std_floor),
+        "argmax_moved_frac": mean(moved),
+    }

@@ -52,6 +52,7 @@ What differs from ``GRPOTrainer`` (and only that is overridden):
 Completions whose every reward function returned None get the group's mean score (no signal), as GRPO
 zeroes their advantage.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -64,7 +65,7 @@ from . import torch_ops as T
 __all__ = ["TargetPOConfig", "TargetPOTrainer", "gather_with_grad", "SEQUENCE_SCORES", "KL_LOSS_TYPES"]
 
 SEQUENCE_SCORES = ("mean", "sum")
-KL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")     # GRPOTrainer's aggregations the KL term follows
+KL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")  # GRPOTrainer's aggregations the KL term follows
 
 
 @dataclass
@@ -81,8 +82,12 @@ class TargetPOConfig(GRPOConfig):
     """
 
     eta: float = field(default=1.0, metadata={"help": "TPO temperature eta > 0: q ∝ p_old exp(u/eta)."})
-    sequence_logp: str = field(default="mean", metadata={
-        "help": "'mean' (default; mean token log-prob) or 'sum' (the paper's: the completion's log-probability)."})
+    sequence_logp: str = field(
+        default="mean",
+        metadata={
+            "help": "'mean' (default; mean token log-prob) or 'sum' (the paper's: the completion's log-probability)."
+        },
+    )
     tpo_mode: str = field(default="exact", metadata={"help": "'exact' or 'decomposed'."})
 
     def __post_init__(self):
@@ -95,23 +100,28 @@ class TargetPOConfig(GRPOConfig):
         if not (isinstance(self.beta, (int, float)) and self.beta >= 0):
             raise ValueError(f"beta must be a number >= 0, got {self.beta!r}")
         if self.beta > 0 and self.loss_type not in KL_LOSS_TYPES:
-            raise ValueError(f"beta > 0 adds GRPOTrainer's KL term aggregated by loss_type, which must then be one "
-                             f"of {', '.join(KL_LOSS_TYPES)}; got loss_type={self.loss_type!r}")
+            raise ValueError(
+                f"beta > 0 adds GRPOTrainer's KL term aggregated by loss_type, which must then be one "
+                f"of {', '.join(KL_LOSS_TYPES)}; got loss_type={self.loss_type!r}"
+            )
 
 
 def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
     """Concatenate ``x`` from every process in rank order, differentiably (identity on one process)."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) \
-            or torch.distributed.get_world_size() == 1:
+    if (
+        not (torch.distributed.is_available() and torch.distributed.is_initialized())
+        or torch.distributed.get_world_size() == 1
+    ):
         return x
     from torch.distributed.nn.functional import all_gather
+
     return torch.cat(all_gather(x), dim=0)
 
 
 def _shuffle_groups(batch: dict, group_ids: torch.Tensor) -> dict:
     """Permute whole groups (rows of one group stay together, in order)."""
     n = group_ids.shape[0]
-    index = T.group_index(group_ids.tolist())                       # [G, K], groups in order of appearance
+    index = T.group_index(group_ids.tolist())  # [G, K], groups in order of appearance
     perm = index[torch.randperm(index.shape[0])].reshape(-1)
 
     def permute(v):
@@ -138,21 +148,26 @@ class TargetPOTrainer(GRPOTrainer):
         self._tpo_spans_processes = per_device % k != 0
         if self._tpo_spans_processes:
             if self.args.tpo_mode == "exact" and self.args.steps_per_generation != 1:
-                raise ValueError(f"per_device_train_batch_size={per_device} is not a multiple of num_generations={k}: "
-                                 "groups span processes, which tpo_mode='exact' supports only with "
-                                 "steps_per_generation=1 (or use tpo_mode='decomposed')")
-        if self.args.tpo_mode == "decomposed" and (self.num_iterations != 1 or self.args.steps_per_generation
-                                                    != self.args.gradient_accumulation_steps):
-            raise ValueError("tpo_mode='decomposed' is exact only for one optimizer step per generation: set "
-                             "num_iterations=1 and steps_per_generation=gradient_accumulation_steps, or use 'exact'")
+                raise ValueError(
+                    f"per_device_train_batch_size={per_device} is not a multiple of num_generations={k}: "
+                    "groups span processes, which tpo_mode='exact' supports only with "
+                    "steps_per_generation=1 (or use tpo_mode='decomposed')"
+                )
+        if self.args.tpo_mode == "decomposed" and (
+            self.num_iterations != 1 or self.args.steps_per_generation != self.args.gradient_accumulation_steps
+        ):
+            raise ValueError(
+                "tpo_mode='decomposed' is exact only for one optimizer step per generation: set "
+                "num_iterations=1 and steps_per_generation=gradient_accumulation_steps, or use 'exact'"
+            )
         self._tpo_last_rewards = None
-        self.tpo_records = {"first": None, "last": None}          # per-completion records (see the docstring)
+        self.tpo_records = {"first": None, "last": None}  # per-completion records (see the docstring)
         self._tpo_recorded_groups: set = set()
 
     # ---- rewards kept per group ---------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._tpo_last_rewards = rewards_per_func                       # [N_global, n_funcs], all processes
+        self._tpo_last_rewards = rewards_per_func  # [N_global, n_funcs], all processes
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
@@ -170,11 +185,11 @@ class TargetPOTrainer(GRPOTrainer):
         start = self.accelerator.process_index * n_local
         rows = torch.arange(start, start + n_local, device=scores.device)
         output["tpo_scores"] = scores[rows]
-        output["tpo_group_id"] = rows // k                             # RepeatSampler: groups contiguous globally
+        output["tpo_group_id"] = rows // k  # RepeatSampler: groups contiguous globally
         eos = torch.tensor(self.eos_token_ids, device=output["completion_ids"].device)
         output["tpo_truncated"] = ~torch.isin(output["completion_ids"], eos).any(-1)
         output.pop("advantages", None)
-        if self.model.training:                                        # a new generation: records start afresh
+        if self.model.training:  # a new generation: records start afresh
             self._tpo_recorded_groups = set()
         if self.args.tpo_mode == "decomposed":
             output = self._attach_sequence_weights(output, k)
@@ -187,8 +202,12 @@ class TargetPOTrainer(GRPOTrainer):
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         with torch.no_grad():
             logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model, input_ids, attention_mask, inputs["completion_ids"].size(1),
-                batch_size=self.args.per_device_train_batch_size)
+                self.model,
+                input_ids,
+                attention_mask,
+                inputs["completion_ids"].size(1),
+                batch_size=self.args.per_device_train_batch_size,
+            )
         return logps
 
     def _attach_sequence_weights(self, output, k):
@@ -204,7 +223,7 @@ class TargetPOTrainer(GRPOTrainer):
         w = T.tpo_sequence_weights(rows[self.args.sequence_logp], all_scores, index, self.args.eta, valid=all_valid)
         n_local = mask.shape[0]
         start = self.accelerator.process_index * n_local
-        output["tpo_weights"] = w[start:start + n_local]                 # float64, like the group maths
+        output["tpo_weights"] = w[start : start + n_local]  # float64, like the group maths
         self._log_diagnostics(index, rows, all_scores, all_valid)
         return output
 
@@ -216,7 +235,7 @@ class TargetPOTrainer(GRPOTrainer):
         spans = self._tpo_spans_processes
 
         def shuffle_groups(batch):
-            if spans:                     # groups cross process boundaries: keep the order (steps_per_generation 1)
+            if spans:  # groups cross process boundaries: keep the order (steps_per_generation 1)
                 return batch
             return _shuffle_groups(batch, batch["tpo_group_id"])
 
@@ -235,8 +254,11 @@ class TargetPOTrainer(GRPOTrainer):
     def _row_scores(self, token_logps, mask) -> dict:
         """Per row: ℓ_sum and ℓ_mean (float64) and the length of the loss mask (1-D, so they gather)."""
         token_logps = token_logps.detach().double()
-        return {"sum": T.sequence_logp(token_logps, mask, "sum"), "mean": T.sequence_logp(token_logps, mask, "mean"),
-                "length": mask.sum(-1).double()}
+        return {
+            "sum": T.sequence_logp(token_logps, mask, "sum"),
+            "mean": T.sequence_logp(token_logps, mask, "mean"),
+            "length": mask.sum(-1).double(),
+        }
 
     def _log_diagnostics(self, index, rows, scores, valid):
         """TPO's target diagnostics (float64, the configured score) and the spread of the old policy's
@@ -259,9 +281,18 @@ class TargetPOTrainer(GRPOTrainer):
         ell_sum, ell_mean, lengths = r["sum"].tolist(), r["mean"].tolist(), r["length"].tolist()
         truncated = inputs["tpo_truncated"].tolist()
         scores = inputs["tpo_scores"].tolist()
-        rows = [{"group": int(gid[i]), "logp_sum": ell_sum[i], "logp_mean": ell_mean[i], "length": int(lengths[i]),
-                 "truncated": bool(truncated[i]), "reward": float(scores[i])} for i in new]
-        if not self._tpo_recorded_groups:                                  # the first rows of a new generation
+        rows = [
+            {
+                "group": int(gid[i]),
+                "logp_sum": ell_sum[i],
+                "logp_mean": ell_mean[i],
+                "length": int(lengths[i]),
+                "truncated": bool(truncated[i]),
+                "reward": float(scores[i]),
+            }
+            for i in new
+        ]
+        if not self._tpo_recorded_groups:  # the first rows of a new generation
             if self.tpo_records["last"] is not None and self.tpo_records["first"] is None:
                 self.tpo_records["first"] = self.tpo_records["last"]
             self.tpo_records["last"] = []
@@ -298,10 +329,11 @@ class TargetPOTrainer(GRPOTrainer):
             if mode == "train":
                 normalizer = normalizer * steps / self.args.steps_per_generation
             kl = term.sum() / normalizer
-        else:                                                                   # "luspo"
+        else:  # "luspo"
             kl = term.sum(-1).mean() / accumulation
-        total = self.accelerator.reduce(torch.stack([(per_token_kl * mask).sum(), mask.sum().float()]).detach(),
-                                        reduction="sum")
+        total = self.accelerator.reduce(
+            torch.stack([(per_token_kl * mask).sum(), mask.sum().float()]).detach(), reduction="sum"
+        )
         self._metrics[mode]["kl"].append((total[0] / total[1].clamp(min=1.0)).item())
         return kl
 
@@ -312,9 +344,10 @@ class TargetPOTrainer(GRPOTrainer):
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         mask = self._loss_mask(inputs)
-        valid = mask.sum(-1) > 0                                # all-masked rows leave the group softmax
+        valid = mask.sum(-1) > 0  # all-masked rows leave the group softmax
         per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True)
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+        )
         # the group maths in float64: the cast's backward returns the gradient in the model's dtype
         seq = T.sequence_logp(per_token_logps.double(), mask, self.args.sequence_logp)
         accumulation = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
@@ -333,8 +366,9 @@ class TargetPOTrainer(GRPOTrainer):
                 rows = {key: gather(x) for key, x in rows.items()}
                 scores, gid, valid = gather(scores), gather(gid), gather(valid)
             index = T.group_index(gid.tolist(), group_size=self.num_generations if mode == "train" else None)
-            loss = T.tpo_loss(seq[index], rows[self.args.sequence_logp][index], scores[index], self.args.eta,
-                              valid[index])
+            loss = T.tpo_loss(
+                seq[index], rows[self.args.sequence_logp][index], scores[index], self.args.eta, valid[index]
+            )
             if self.args.tpo_mode == "exact":
                 self._log_diagnostics(index, rows, scores, valid)
         loss = loss.to(per_token_logps.dtype) / normalizer
@@ -343,7 +377,8 @@ class TargetPOTrainer(GRPOTrainer):
             self._record_completions(inputs, old, mask)
         if self.beta != 0.0:
             loss = loss + self._kl_term(per_token_logps, old, inputs, mask, mode)
-        total = self.accelerator.reduce(torch.stack([(entropies * mask).sum(), mask.sum().float()]).detach(),
-                                        reduction="sum")
+        total = self.accelerator.reduce(
+            torch.stack([(entropies * mask).sum(), mask.sum().float()]).detach(), reduction="sum"
+        )
         self._metrics[mode]["entropy"].append((total[0] / total[1].clamp(min=1.0)).item())
         return loss

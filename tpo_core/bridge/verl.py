@@ -100,6 +100,7 @@ Hyper-parameters come from the algorithm config: ``+algorithm.tpo_eta=1.0`` (η)
 ``+algorithm.tpo_sequence_logp=mean`` (or ``sum``). See ``tpo_core/bridge/verl_gsm8k.yaml`` for a
 ready GSM8K run.
 """
+
 from __future__ import annotations
 
 import importlib.abc
@@ -119,7 +120,7 @@ LOSS_TPO_GROUP = "tpo_group"
 GUARD_TOL = 1e-4  # |Σ u/η| allowed per chunk, relative to Σ |u/η| (float32 advantages)
 SEQUENCE_SCORES = ("mean", "sum")
 DEFAULT_SEQUENCE_SCORE = "mean"  # the author's TRL trainer; "sum" is the paper-literal ℓ = Σ_t log π
-GROUP_DTYPE = torch.float64      # dtype of the [groups, K] softmax, target, weights and loss
+GROUP_DTYPE = torch.float64  # dtype of the [groups, K] softmax, target, weights and loss
 
 
 def _config_get(config, key: str, default):
@@ -140,25 +141,31 @@ def _config_get(config, key: str, default):
 def check_sequence_score(value, name: str = "tpo_sequence_logp") -> str:
     """``"mean"`` or ``"sum"``; anything else raises ``ValueError`` naming ``name``."""
     if not isinstance(value, str) or value not in SEQUENCE_SCORES:
-        raise ValueError(f"{name} must be one of {SEQUENCE_SCORES} ('sum': the paper's ℓ = Σ_t log π; "
-                         f"'mean': length-normalised, the default), got {value!r}")
+        raise ValueError(
+            f"{name} must be one of {SEQUENCE_SCORES} ('sum': the paper's ℓ = Σ_t log π; "
+            f"'mean': length-normalised, the default), got {value!r}"
+        )
     return value
 
 
 def algorithm_sequence_score(config) -> str:
     """The sequence score set by ``algorithm.tpo_sequence_logp`` (default ``"mean"``)."""
     if _config_get(config, "tpo_seq_reduce", None) is not None:
-        raise ValueError("algorithm.tpo_seq_reduce was renamed algorithm.tpo_sequence_logp (and its default is "
-                         "now 'mean'; 'sum' is the paper-literal score): set algorithm.tpo_sequence_logp instead")
-    return check_sequence_score(_config_get(config, "tpo_sequence_logp", DEFAULT_SEQUENCE_SCORE),
-                                "algorithm.tpo_sequence_logp")
+        raise ValueError(
+            "algorithm.tpo_seq_reduce was renamed algorithm.tpo_sequence_logp (and its default is "
+            "now 'mean'; 'sum' is the paper-literal score): set algorithm.tpo_sequence_logp instead"
+        )
+    return check_sequence_score(
+        _config_get(config, "tpo_sequence_logp", DEFAULT_SEQUENCE_SCORE), "algorithm.tpo_sequence_logp"
+    )
 
 
 def loss_sequence_score(config) -> str:
     """The sequence score of Route B's loss: ``actor.policy_loss.tpo_sequence_logp`` (default ``"mean"``)."""
     policy_loss = _config_get(config, "policy_loss", None)
-    return check_sequence_score(_config_get(policy_loss, "tpo_sequence_logp", DEFAULT_SEQUENCE_SCORE),
-                                "actor.policy_loss.tpo_sequence_logp")
+    return check_sequence_score(
+        _config_get(policy_loss, "tpo_sequence_logp", DEFAULT_SEQUENCE_SCORE), "actor.policy_loss.tpo_sequence_logp"
+    )
 
 
 try:  # the config class exists only where verl does; the pure-torch functions below do not need it
@@ -167,6 +174,7 @@ except Exception:
     _VerlPolicyLossConfig = None
 
 if _VerlPolicyLossConfig is not None:
+
     @dataclass
     class TPOPolicyLossConfig(_VerlPolicyLossConfig):
         """verl's ``PolicyLossConfig`` plus TPO's sequence score (``actor.policy_loss._target_``).
@@ -189,7 +197,7 @@ def _row_scores(token_level_rewards: torch.Tensor) -> torch.Tensor:
 # the group maths, float64, with invalid (all-masked) members left out
 # --------------------------------------------------------------------------------------------
 def _masked_log_softmax(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    lowest = torch.finfo(x.dtype).min                  # exp(.) == 0 for invalid members, no NaN, no gradient
+    lowest = torch.finfo(x.dtype).min  # exp(.) == 0 for invalid members, no NaN, no gradient
     return torch.log_softmax(torch.where(valid, x, torch.full_like(x, lowest)), dim=-1)
 
 
@@ -211,8 +219,11 @@ def _group_softmax(seq: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 def _group_metrics(q: torch.Tensor, p: torch.Tensor, p_old: torch.Tensor, valid: torch.Tensor) -> dict:
     """Means over the groups that have a valid member (float64 inputs)."""
+
     def entropy(x):
-        return -torch.where(x > 0, x * torch.log(torch.where(x > 0, x, torch.ones_like(x))), torch.zeros_like(x)).sum(-1)
+        return -torch.where(x > 0, x * torch.log(torch.where(x > 0, x, torch.ones_like(x))), torch.zeros_like(x)).sum(
+            -1
+        )
 
     has = valid.any(-1)
     n = has.sum().clamp_min(1)
@@ -220,19 +231,26 @@ def _group_metrics(q: torch.Tensor, p: torch.Tensor, p_old: torch.Tensor, valid:
     def mean(x):
         return float(torch.where(has, x, torch.zeros_like(x)).sum() / n)
 
-    return {"actor/tpo_tv": mean(0.5 * (q - p).abs().sum(-1)),
-            "actor/tpo_tv_old": mean(0.5 * (q - p_old).abs().sum(-1)),
-            "actor/tpo_entropy_q": mean(entropy(q)),
-            "actor/tpo_entropy_p": mean(entropy(p)),
-            "actor/tpo_valid_frac": float(valid.to(GROUP_DTYPE).mean())}
+    return {
+        "actor/tpo_tv": mean(0.5 * (q - p).abs().sum(-1)),
+        "actor/tpo_tv_old": mean(0.5 * (q - p_old).abs().sum(-1)),
+        "actor/tpo_entropy_q": mean(entropy(q)),
+        "actor/tpo_entropy_p": mean(entropy(p)),
+        "actor/tpo_valid_frac": float(valid.to(GROUP_DTYPE).mean()),
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # advantage estimators (pure torch: callable without verl)
 # --------------------------------------------------------------------------------------------
-def compute_tpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                          index: np.ndarray | None = None, config=None,
-                          old_log_probs: torch.Tensor | None = None, **_: Any):
+def compute_tpo_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | None = None,
+    config=None,
+    old_log_probs: torch.Tensor | None = None,
+    **_: Any,
+):
     r"""Route A: :math:`A_{it} = K\,(q_i - p^{old}_i)` (``sum``) or that over :math:`n_i` (``mean``).
 
     ``index`` holds each row's prompt uid (rows in any order; groups must be whole, of one size K);
@@ -243,14 +261,18 @@ def compute_tpo_advantage(token_level_rewards: torch.Tensor, response_mask: torc
     are left out of the group (A = 0). Group maths in float64. Returns ``(advantages, returns)``, equal.
     """
     if old_log_probs is None:
-        raise ValueError("old_log_probs is required by adv_estimator=tpo (p_old of each group); verl does not "
-                         "pass it to custom estimators: import tpo_core.bridge.verl (the plugin installs "
-                         "install_old_log_prob_passthrough) or use Route B (adv_estimator=tpo_group)")
+        raise ValueError(
+            "old_log_probs is required by adv_estimator=tpo (p_old of each group); verl does not "
+            "pass it to custom estimators: import tpo_core.bridge.verl (the plugin installs "
+            "install_old_log_prob_passthrough) or use Route B (adv_estimator=tpo_group)"
+        )
     if index is None:
         raise ValueError("index (the rows' prompt uids) is required by adv_estimator=tpo")
     if tuple(old_log_probs.shape) != tuple(response_mask.shape):
-        raise ValueError(f"old_log_probs must have the shape of response_mask {tuple(response_mask.shape)}, "
-                         f"got {tuple(old_log_probs.shape)}")
+        raise ValueError(
+            f"old_log_probs must have the shape of response_mask {tuple(response_mask.shape)}, "
+            f"got {tuple(old_log_probs.shape)}"
+        )
     eta = T.check_eta(_config_get(config, "tpo_eta", 1.0))
     score = algorithm_sequence_score(config)
     with torch.no_grad():
@@ -264,15 +286,20 @@ def compute_tpo_advantage(token_level_rewards: torch.Tensor, response_mask: torc
         q = group_target(seq_old[idx], tilt, valid)
         p_old = _group_softmax(seq_old[idx], valid)
         w = torch.zeros_like(seq_old)
-        w[idx.reshape(-1)] = (k * (q - p_old)).reshape(-1)                    # N/G = K
+        w[idx.reshape(-1)] = (k * (q - p_old)).reshape(-1)  # N/G = K
         if score == "mean":
-            w = w / n_tok.clamp_min(1.0)                                      # ∂ℓ_i/∂log π_it = 1/n_i
+            w = w / n_tok.clamp_min(1.0)  # ∂ℓ_i/∂log π_it = 1/n_i
         adv = (w[:, None] * mask).to(token_level_rewards.dtype)
     return adv, adv
 
 
-def compute_tpo_group_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                index: np.ndarray | None = None, config=None, **_: Any):
+def compute_tpo_group_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | None = None,
+    config=None,
+    **_: Any,
+):
     r"""Route B: :math:`A_{it} = u_i/\eta` on every response token (u: the group z-score, 1e-6 rule).
 
     The z-score runs over the group's valid rows (response mask not all zero); invalid rows get 0.
@@ -297,9 +324,15 @@ def compute_tpo_group_advantage(token_level_rewards: torch.Tensor, response_mask
 # --------------------------------------------------------------------------------------------
 # the Route B policy loss (pure torch)
 # --------------------------------------------------------------------------------------------
-def compute_policy_loss_tpo_group(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                                  response_mask: torch.Tensor, loss_agg_mode: str = "seq-mean-token-sum",
-                                  config=None, rollout_is_weights: torch.Tensor | None = None):
+def compute_policy_loss_tpo_group(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "seq-mean-token-sum",
+    config=None,
+    rollout_is_weights: torch.Tensor | None = None,
+):
     r"""Route B: TPO's group cross-entropy over chunks of ``rollout_n`` rows of the micro-batch.
 
     .. math:: L = \frac{\text{dp\_size}}{G_{global}} \sum_{g \in \text{micro-batch}}
@@ -318,26 +351,32 @@ def compute_policy_loss_tpo_group(old_log_prob: torch.Tensor, log_prob: torch.Te
     own KL and entropy terms).
     """
     if rollout_is_weights is not None:
-        raise ValueError("rollout_is_weights: importance-weight rollout correction is not defined for "
-                         "loss_mode=tpo_group; disable algorithm.rollout_correction")
+        raise ValueError(
+            "rollout_is_weights: importance-weight rollout correction is not defined for "
+            "loss_mode=tpo_group; disable algorithm.rollout_correction"
+        )
     k = int(_config_get(config, "rollout_n", 0) or 0)
     n = log_prob.shape[0]
     if k < 2:
         raise ValueError(f"config.rollout_n must be the group size K >= 2 for loss_mode=tpo_group, got {k}")
     if n % k:
-        raise ValueError(f"micro-batch of {n} rows is not a whole number of groups of rollout_n={k}: set "
-                         "ppo_micro_batch_size_per_gpu to a multiple of rollout_n and use_dynamic_bsz=False")
+        raise ValueError(
+            f"micro-batch of {n} rows is not a whole number of groups of rollout_n={k}: set "
+            "ppo_micro_batch_size_per_gpu to a multiple of rollout_n and use_dynamic_bsz=False"
+        )
     score = loss_sequence_score(config)
     mask = response_mask.to(GROUP_DTYPE)
     n_tok = mask.sum(-1)
     valid = (n_tok > 0).view(-1, k)
     a = ((advantages.detach().to(GROUP_DTYPE) * mask).sum(-1) / n_tok.clamp_min(1.0)).view(-1, k)
-    drift = (a.sum(-1).abs() > GUARD_TOL * (1.0 + a.abs().sum(-1)))
+    drift = a.sum(-1).abs() > GUARD_TOL * (1.0 + a.abs().sum(-1))
     if bool(drift.any()):
         bad = drift.nonzero().flatten().tolist()
-        raise ValueError(f"advantages: chunks {bad} of rollout_n={k} rows are not whole groups (their u/eta do not "
-                         "sum to 0): rows were shuffled or a group was split; set actor.shuffle=False, "
-                         "use_dynamic_bsz=False, trainer.balance_batch=False")
+        raise ValueError(
+            f"advantages: chunks {bad} of rollout_n={k} rows are not whole groups (their u/eta do not "
+            "sum to 0): rows were shuffled or a group was split; set actor.shuffle=False, "
+            "use_dynamic_bsz=False, trainer.balance_batch=False"
+        )
     seq = T.sequence_logp(log_prob.to(GROUP_DTYPE), mask, reduce=score).view(-1, k)
     seq_old = T.sequence_logp(old_log_prob.detach().to(GROUP_DTYPE), mask, reduce=score).view(-1, k)
     q = group_target(seq_old, a, valid)
@@ -362,16 +401,23 @@ def _compute_advantage_with_old_log_probs(original):
         if name != ADV_TPO:
             return original(data, adv_estimator, *args, **kwargs)
         from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
         if "response_mask" not in data.batch.keys():
             from verl.trainer.ppo.ray_trainer import compute_response_mask
+
             data.batch["response_mask"] = compute_response_mask(data)
         if "old_log_probs" not in data.batch.keys():
-            raise ValueError("old_log_probs missing from the batch: adv_estimator=tpo needs them (verl computes "
-                             "them before the advantage unless bypass mode is on)")
+            raise ValueError(
+                "old_log_probs missing from the batch: adv_estimator=tpo needs them (verl computes "
+                "them before the advantage unless bypass mode is on)"
+            )
         adv, ret = get_adv_estimator_fn(ADV_TPO)(
-            token_level_rewards=data.batch["token_level_rewards"], response_mask=data.batch["response_mask"],
-            index=data.non_tensor_batch["uid"], config=kwargs.get("config"),
-            old_log_probs=data.batch["old_log_probs"])
+            token_level_rewards=data.batch["token_level_rewards"],
+            response_mask=data.batch["response_mask"],
+            index=data.non_tensor_batch["uid"],
+            config=kwargs.get("config"),
+            old_log_probs=data.batch["old_log_probs"],
+        )
         data.batch["advantages"], data.batch["returns"] = adv, ret
         return data
 

@@ -12,6 +12,7 @@ episode, the norm of the batch gradient ∇L and of its three parts (the terms o
 the informative groups, which sum to ∇L), and the all-fail part's projection share ⟨∇L_fail, ∇L⟩ / ‖∇L‖²
 (the three projection shares sum to 1).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -36,18 +37,21 @@ def gradient_split(cfg: TokenConfig):
     ``fail_informative_cos`` (the cosine between the all-fail and the informative parts; 0 where either is 0). The run is the engine's TPO run of
     ``cfg`` (same seeds, prompts, samples and updates up to float rounding)."""
     if cfg.method != "tpo" or cfg.optimizer != "muon" or cfg.old_logp != "sampling":
-        raise ValueError("gradient_split follows the engine's default TPO run (method 'tpo', optimizer 'muon', "
-                         f"old_logp 'sampling'); got {cfg.method!r}, {cfg.optimizer!r}, {cfg.old_logp!r}")
+        raise ValueError(
+            "gradient_split follows the engine's default TPO run (method 'tpo', optimizer 'muon', "
+            f"old_logp 'sampling'); got {cfg.method!r}, {cfg.optimizer!r}, {cfg.old_logp!r}"
+        )
     program = make_token_program(cfg)
     parts = token_parts(cfg)
     rollout, tx = parts["rollout"], parts["tx"]
-    graphdef = nnx.graphdef(nnx.eval_shape(lambda: Transformer(
-        cfg.V, cfg.H, cfg.d_model, cfg.heads, cfg.layers, cfg.ffn, rngs=nnx.Rngs(0))))
+    graphdef = nnx.graphdef(
+        nnx.eval_shape(lambda: Transformer(cfg.V, cfg.H, cfg.d_model, cfg.heads, cfg.layers, cfg.ffn, rngs=nnx.Rngs(0)))
+    )
     n_groups = cfg.B
 
-    def group_logp(model_params, batch):                               # ℓ(θ) [B, K], teacher-forced
+    def group_logp(model_params, batch):  # ℓ(θ) [B, K], teacher-forced
         policy = nnx.merge(graphdef, nnx.State(model_params))
-        logp_full = policy.answer_logprobs(batch["prompts"], batch["answers"])          # [B, K, H, V]
+        logp_full = policy.answer_logprobs(batch["prompts"], batch["answers"])  # [B, K, H, V]
         return jnp.take_along_axis(logp_full, batch["answers"][..., None], -1)[..., 0].sum(-1)
 
     def split(model_params, batch, knobs):
@@ -56,9 +60,9 @@ def gradient_split(cfg: TokenConfig):
         s = batch["scores"]
         q = L.tpo_target(batch["logp_old"], s, knobs["eta"], std_floor=knobs["std_floor"])  # frozen
         flat = L.zero_variance(s)
-        fail = (s == 0).all(-1)                                        # [B] all-fail groups
+        fail = (s == 0).all(-1)  # [B] all-fail groups
         logp, pull = jax.vjp(lambda m: group_logp(m, batch), model_params)
-        dl = (jax.nn.softmax(logp, -1) - q) / n_groups                 # ∂L/∂ℓ of L = mean over groups of CE(q, p)
+        dl = (jax.nn.softmax(logp, -1) - q) / n_groups  # ∂L/∂ℓ of L = mean over groups of CE(q, p)
         g = pull(dl)[0]
         g_fail = pull(dl * fail[:, None].astype(dl.dtype))[0]
         g_success = pull(dl * (flat & ~fail)[:, None].astype(dl.dtype))[0]
@@ -75,10 +79,13 @@ def gradient_split(cfg: TokenConfig):
             g, g_parts = split(params["model"], batch, knobs)
             updates, opt = tx.update({**params, "model": g}, opt, params)
             norm = optax.tree.norm(g)
-            out = dict(grad_norm=norm, **{f"{k}_norm": optax.tree.norm(v) for k, v in g_parts.items()},
-                       fail_proj=optax.tree.vdot(g_parts["fail"], g) / jnp.maximum(norm ** 2, 1e-30),
-                       fail_informative_cos=optax.tree.vdot(g_parts["fail"], g_parts["informative"]) / jnp.maximum(
-                           optax.tree.norm(g_parts["fail"]) * optax.tree.norm(g_parts["informative"]), 1e-30))
+            out = dict(
+                grad_norm=norm,
+                **{f"{k}_norm": optax.tree.norm(v) for k, v in g_parts.items()},
+                fail_proj=optax.tree.vdot(g_parts["fail"], g) / jnp.maximum(norm**2, 1e-30),
+                fail_informative_cos=optax.tree.vdot(g_parts["fail"], g_parts["informative"])
+                / jnp.maximum(optax.tree.norm(g_parts["fail"]) * optax.tree.norm(g_parts["informative"]), 1e-30),
+            )
             return (optax.apply_updates(params, updates), opt), out
 
         (params, opt), per_epoch = jax.lax.scan(epoch, (state["params"], state["opt"]), None, length=cfg.n_epochs)
@@ -95,6 +102,6 @@ def gradient_split(cfg: TokenConfig):
         _, metrics = program_of(carry, 0, episodes)
         return jax.tree.map(np.asarray, metrics)
 
-    run.split = split          # (model params, batch, knobs) -> (∇L, its parts), for tests
+    run.split = split  # (model params, batch, knobs) -> (∇L, its parts), for tests
     run.program = program
     return run

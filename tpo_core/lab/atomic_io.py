@@ -1,4 +1,5 @@
 """Atomic result files: write to a temporary file in the same folder, then rename over the target."""
+
 from __future__ import annotations
 
 import hashlib
@@ -37,7 +38,7 @@ def _atomic_write(path, write) -> pathlib.Path:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-            os.fchmod(f.fileno(), 0o666 & ~_UMASK)   # mkstemp's 0600 -> what open() would have given
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)  # mkstemp's 0600 -> what open() would have given
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

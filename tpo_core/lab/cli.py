@@ -2,6 +2,7 @@
 
 Bad input exits with status 2 and one line on stderr, never a traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,6 +48,7 @@ def _int_at_least(name, lo):
         if value < lo:
             raise argparse.ArgumentTypeError(f"{name} must be >= {lo}, got {value}")
         return value
+
     return parse
 
 
@@ -80,23 +82,34 @@ def _add_train(sub):
     p.add_argument("--V", type=int, default=2)
     p.add_argument("--B", type=int, default=100)
     p.add_argument("--K", type=int, default=8)
-    p.add_argument("--episodes", type=int, default=None, help="episodes (reversal, default 300) or steps (mnist, "
-                   "default 2000)")
+    p.add_argument(
+        "--episodes", type=int, default=None, help="episodes (reversal, default 300) or steps (mnist, default 2000)"
+    )
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--eta", type=float, default=1.0)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seeds", type=_positive_int("seeds"), default=1, help="number of seeds (0..n-1)")
     p.add_argument("--first-seed", type=_int_at_least("first-seed", 0), default=0)
-    p.add_argument("--sweep", action="append", default=None, metavar="KNOB=V1,V2,...",
-                   help="train every value in one compiled program (eta, lr, beta, clip_eps, std_floor, "
-                        "reward_noise; repeat to zip several knobs)")
-    p.add_argument("--interaction-matched", action="store_true",
-                   help="single-sample methods get B·K prompts and lr·sqrt(K)")
+    p.add_argument(
+        "--sweep",
+        action="append",
+        default=None,
+        metavar="KNOB=V1,V2,...",
+        help="train every value in one compiled program (eta, lr, beta, clip_eps, std_floor, "
+        "reward_noise; repeat to zip several knobs)",
+    )
+    p.add_argument(
+        "--interaction-matched", action="store_true", help="single-sample methods get B·K prompts and lr·sqrt(K)"
+    )
     p.add_argument("--chunk", type=_positive_int("chunk"), default=None, help="episodes per streamed chunk")
-    p.add_argument("--run-batch", type=_positive_int("run-batch"), default=None,
-                   help="runs (seeds x sweep values) vmapped together, the batches one after another in the same "
-                        "program (default: all at once; on a CPU that one run already fills, 1 or 2 avoids "
-                        "batching every product over the runs)")
+    p.add_argument(
+        "--run-batch",
+        type=_positive_int("run-batch"),
+        default=None,
+        help="runs (seeds x sweep values) vmapped together, the batches one after another in the same "
+        "program (default: all at once; on a CPU that one run already fills, 1 or 2 avoids "
+        "batching every product over the runs)",
+    )
     p.add_argument("--data-dir", default=None, help="MNIST IDX folder (else $TPO_DATA_DIR, cache, download)")
     p.add_argument("--out", default=None, help="results file: .json or .npz (written atomically)")
     p.add_argument("--quiet", action="store_true")
@@ -118,9 +131,19 @@ def cmd_train(args) -> int:
         raise ValueError(f"out must end in .json or .npz, got {args.out!r}")
     sweep = parse_sweep(args.sweep)
     if args.task == "reversal":
-        cfg = config.TokenConfig(method=args.method, target=args.target, reward=args.reward, H=args.H, V=args.V,
-                                 B=args.B, K=args.K, episodes=300 if args.episodes is None else args.episodes,
-                                 epochs=args.epochs, eta=args.eta, lr=args.lr)
+        cfg = config.TokenConfig(
+            method=args.method,
+            target=args.target,
+            reward=args.reward,
+            H=args.H,
+            V=args.V,
+            B=args.B,
+            K=args.K,
+            episodes=300 if args.episodes is None else args.episodes,
+            epochs=args.epochs,
+            eta=args.eta,
+            lr=args.lr,
+        )
         if args.interaction_matched:
             cfg = cfg.interaction_matched()
         total, unit, curve_name, metric = cfg.episodes, "ep", "error", "error"
@@ -130,13 +153,15 @@ def cmd_train(args) -> int:
         steps = 2000 if args.episodes is None else args.episodes
         if steps < 1:
             raise ValueError(f"episodes (mnist steps) must be >= 1, got {steps}")
-        cfg = config.BanditConfig(method=args.method, steps=steps, eta=args.eta, lr=args.lr,
-                                  eval_every=math.gcd(200, steps))
+        cfg = config.BanditConfig(
+            method=args.method, steps=steps, eta=args.eta, lr=args.lr, eval_every=math.gcd(200, steps)
+        )
         dataset = mnist.load(args.data_dir)
         total, unit, curve_name, metric = cfg.steps // cfg.eval_every, "eval", "test_error", "greedy test error"
         chunk = args.chunk if args.chunk is not None else max(1, min(10, total))
         run = lambda cb: train.train_bandit(  # noqa: E731
-            cfg, dataset, seeds, chunk, cb, sweep=sweep, run_batch=args.run_batch)
+            cfg, dataset, seeds, chunk, cb, sweep=sweep, run_batch=args.run_batch
+        )
     else:
         raise ValueError(f"task must be one of {TASKS}, got {args.task!r}")
     config.check_sweep(cfg, sweep)
@@ -153,8 +178,7 @@ def cmd_train(args) -> int:
     for i in range(points):
         final = 100 * curves[i][:, -1]
         where = ", ".join(f"{k}={v[i]:g}" for k, v in sweep.items()) + ": " if sweep else ""
-        spread = (f"± {stats.seed_se(final):.2f} (SE, {len(seeds)} seeds)" if len(seeds) > 1
-                  else "(1 seed, no SE)")
+        spread = f"± {stats.seed_se(final):.2f} (SE, {len(seeds)} seeds)" if len(seeds) > 1 else "(1 seed, no SE)"
         print(f"{args.task} {cfg.method}: {where}final {metric} {final.mean():.2f}% {spread} in {seconds:.1f} s")
     if args.out:
         meta = dict(task=args.task, config=dataclasses.asdict(cfg), seeds=seeds, seconds=seconds, sweep=sweep)
@@ -168,22 +192,35 @@ def cmd_train(args) -> int:
 
 
 def _add_reproduce(sub):
-    p = sub.add_parser("reproduce", help="train an experiment of the registry: a table or ablation of the paper "
-                                         "(JAX) or an LLM experiment (PyTorch + TRL)")
+    p = sub.add_parser(
+        "reproduce",
+        help="train an experiment of the registry: a table or ablation of the paper "
+        "(JAX) or an LLM experiment (PyTorch + TRL)",
+    )
     p.add_argument("name", nargs="?", help="experiment name (see --list)")
     p.add_argument("--list", action="store_true", help="list the experiments and their budgets, and exit")
     p.add_argument("--budget", default="cpu", help="one of the experiment's budgets (see --list)")
     p.add_argument("--seeds", type=_positive_int("seeds"), default=None, help="number of seeds (default: the budget's)")
     p.add_argument("--out", default=None, help="results folder (default results/<name>)")
     p.add_argument("--chunk", type=_positive_int("chunk"), default=None, help="episodes per streamed chunk (JAX)")
-    p.add_argument("--only", default=None, metavar="RUN[,RUN]",
-                   help="train only these runs (a JAX preset's runs, e.g. tpo_H_10_P; an LLM experiment's methods), "
-                        "so several processes can share one --out; the summary is written by whichever finishes "
-                        "the last run")
-    p.add_argument("--partial", action="store_true",
-                   help="train nothing: write the summary of the seeds finished so far (a run in progress)")
-    p.add_argument("--distributed", action="store_true",
-                   help="call jax.distributed.initialize() first (JAX; several hosts, one process each)")
+    p.add_argument(
+        "--only",
+        default=None,
+        metavar="RUN[,RUN]",
+        help="train only these runs (a JAX preset's runs, e.g. tpo_H_10_P; an LLM experiment's methods), "
+        "so several processes can share one --out; the summary is written by whichever finishes "
+        "the last run",
+    )
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="train nothing: write the summary of the seeds finished so far (a run in progress)",
+    )
+    p.add_argument(
+        "--distributed",
+        action="store_true",
+        help="call jax.distributed.initialize() first (JAX; several hosts, one process each)",
+    )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_reproduce)
 
@@ -198,12 +235,23 @@ def cmd_reproduce(args) -> int:
         raise ValueError("name is required (or --list); choose from " + ", ".join(experiments.names()))
     experiment = experiments.get(args.name)
     out = args.out or str(experiment.default_out(args.budget))
-    command = f"python -m tpo_core reproduce {args.name} --budget {args.budget}" + (
-        f" --seeds {args.seeds}" if args.seeds else "") + f" --out {out}"
+    command = (
+        f"python -m tpo_core reproduce {args.name} --budget {args.budget}"
+        + (f" --seeds {args.seeds}" if args.seeds else "")
+        + f" --out {out}"
+    )
     only = None if args.only is None else [k.strip() for k in args.only.split(",") if k.strip()]
-    summary = experiment.train(args.budget, out, seeds=args.seeds, only=only, partial=args.partial,
-                               progress=not args.quiet, command=command, chunk=args.chunk,
-                               distributed=args.distributed)
+    summary = experiment.train(
+        args.budget,
+        out,
+        seeds=args.seeds,
+        only=only,
+        partial=args.partial,
+        progress=not args.quiet,
+        command=command,
+        chunk=args.chunk,
+        distributed=args.distributed,
+    )
     if summary is None:
         if only is not None:
             print(f"trained {', '.join(only)}; {out}/summary.json is written once every run of the preset is done")

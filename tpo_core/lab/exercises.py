@@ -27,6 +27,7 @@ Checkers and the chapters that use them: :func:`check_standardize` (ch. 1), :fun
 (ch. 10). :func:`check_group_minibatches` checks index arrays, not numbers: its ``fn`` gets plain
 Python integers and a NumPy random generator.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Iterator
@@ -38,11 +39,20 @@ import numpy as np
 from tpo_core import checks, tasks
 from tpo_core import losses as L
 
-__all__ = ["attempt", "check_standardize", "check_tpo_target", "check_tpo_loss_grad", "check_grpo_advantages",
-           "check_k3", "check_sequence_logprob", "check_candidate_rewards", "check_group_minibatches",
-           "check_sequence_weights"]
+__all__ = [
+    "attempt",
+    "check_standardize",
+    "check_tpo_target",
+    "check_tpo_loss_grad",
+    "check_grpo_advantages",
+    "check_k3",
+    "check_sequence_logprob",
+    "check_candidate_rewards",
+    "check_group_minibatches",
+    "check_sequence_weights",
+]
 
-ATOL = 1e-4   # float32 on values of order 1 (u up to sqrt(K - 1), probabilities, log-probs)
+ATOL = 1e-4  # float32 on values of order 1 (u up to sqrt(K - 1), probabilities, log-probs)
 RTOL = 1e-4
 
 
@@ -99,11 +109,12 @@ def _as_array(name: str, out, shape) -> np.ndarray:
     return arr
 
 
-_SHOW_HINTS = [True]   # set by each checker's ``show_hints``
+_SHOW_HINTS = [True]  # set by each checker's ``show_hints``
 
 
-def _compare(what: str, got, want, inputs: dict, hints: dict | None = None, atol: float = ATOL,
-             rtol: float = RTOL) -> None:
+def _compare(
+    what: str, got, want, inputs: dict, hints: dict | None = None, atol: float = ATOL, rtol: float = RTOL
+) -> None:
     """Raise AssertionError unless ``got`` equals ``want``; name a known bug when ``got`` matches it."""
     hints = hints if _SHOW_HINTS[0] else None
     want = np.asarray(want, dtype=np.float64)
@@ -118,7 +129,7 @@ def _compare(what: str, got, want, inputs: dict, hints: dict | None = None, atol
         lines.append(f"  yours has NaN/inf at {int(bad_nan.sum())} position(s) where tpo_core is finite")
     else:
         lines.append(f"  largest difference {float(np.max(np.abs(got - want))):.3g}")
-    if got.ndim >= 2 and got.size > 24:   # a big array: show the first group (last axis) that differs
+    if got.ndim >= 2 and got.size > 24:  # a big array: show the first group (last axis) that differs
         with np.errstate(invalid="ignore"):
             wrong = bad_nan | ~np.isclose(got, want, atol=atol, rtol=rtol)
         at = tuple(int(i) for i in np.argwhere(wrong)[0][:-1])
@@ -166,15 +177,15 @@ def _scores(rng: np.random.Generator, shape, trial: int) -> np.ndarray:
     if kind == 0:
         s = rng.normal(size=shape)
     elif kind == 1:
-        s = (rng.random(shape) < 0.3).astype(float)              # 0/1 rewards
+        s = (rng.random(shape) < 0.3).astype(float)  # 0/1 rewards
     elif kind == 2:
         s = rng.integers(0, 3, size=shape).astype(float)
     elif kind == 3:
-        s = 100.0 * rng.normal(size=shape) + 40.0                # large scale and offset
+        s = 100.0 * rng.normal(size=shape) + 40.0  # large scale and offset
     else:
         s = rng.uniform(size=shape)
     s = s.reshape(-1, shape[-1])
-    if s.shape[0] > 1:                                           # one all-equal group per batch
+    if s.shape[0] > 1:  # one all-equal group per batch
         s[0] = float(rng.integers(0, 2))
     elif trial % 7 == 3:
         s[0] = 1.0
@@ -195,8 +206,11 @@ def _softmax(x, axis=-1):
     return np.asarray(jax.nn.softmax(_f32(x), axis=axis))
 
 
-_TRACE_ERRORS = (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError,
-                 jax.errors.TracerIntegerConversionError)
+_TRACE_ERRORS = (
+    jax.errors.TracerArrayConversionError,
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerIntegerConversionError,
+)
 
 
 class _Caller:
@@ -241,10 +255,12 @@ def check_standardize(fn: Callable, trials: int = 15, seed: int = 0, show_hints:
         c = s - s.mean(-1, keepdims=True)
         hints = {
             "the sample std (ddof=1) instead of the population std": lambda: c / c.std(-1, ddof=1, keepdims=True),
-            "dividing by σ without the zero-variance rule (an all-equal group must give u = 0)":
-                lambda: c / c.std(-1, keepdims=True),
-            "a mean and std over the whole batch instead of over each group (the last axis)":
-                lambda: (s - s.mean()) / s.std(),
+            "dividing by σ without the zero-variance rule (an all-equal group must give u = 0)": lambda: (
+                c / c.std(-1, keepdims=True)
+            ),
+            "a mean and std over the whole batch instead of over each group (the last axis)": lambda: (
+                (s - s.mean()) / s.std()
+            ),
             "the centred scores without dividing by σ": lambda: c,
         }
         _compare(f"{_name(fn)}(scores)", call_fn(_f32(s)), _standardize(s), {"scores": s}, hints)
@@ -273,14 +289,19 @@ def check_tpo_target(fn: Callable, trials: int = 15, seed: int = 1, show_hints: 
         hints = {
             "dropping the anchor p_old (q = softmax(u/η))": lambda: _softmax(u / eta),
             "multiplying by η instead of dividing (u·η)": lambda: _softmax(lo + u * eta),
-            "a softmax over the wrong axis (not the group axis, the last one)":
-                lambda: _softmax(lo + u / eta, axis=0),
-            "the sample std (ddof=1) in the standardisation": lambda: _softmax(lo + np.where(sd1 > 1e-6, c / np.where(
-                sd1 > 1e-6, sd1, 1.0), c) / eta),
+            "a softmax over the wrong axis (not the group axis, the last one)": lambda: _softmax(lo + u / eta, axis=0),
+            "the sample std (ddof=1) in the standardisation": lambda: _softmax(
+                lo + np.where(sd1 > 1e-6, c / np.where(sd1 > 1e-6, sd1, 1.0), c) / eta
+            ),
             "raw scores instead of standardised ones": lambda: _softmax(lo + s / eta),
         }
-        _compare(f"{_name(fn)}(logp_old, scores, eta={eta:g})", call_fn(_f32(lo), _f32(s), eta),
-                 _tpo_target(lo, s, eta), {"logp_old": lo, "scores": s}, hints)
+        _compare(
+            f"{_name(fn)}(logp_old, scores, eta={eta:g})",
+            call_fn(_f32(lo), _f32(s), eta),
+            _tpo_target(lo, s, eta),
+            {"logp_old": lo, "scores": s},
+            hints,
+        )
     _passed("check_tpo_target", fn, trials, "tpo_core.losses.tpo_target")
 
 
@@ -311,24 +332,43 @@ def check_tpo_loss_grad(fn: Callable, trials: int = 8, seed: int = 2, show_hints
             call = f"{_name(fn)}(logp, logp_old, scores, eta={eta:g}) {where}"
             q = lambda: np.asarray(_tpo_target(lo, s, eta))  # noqa: E731 (for the hints only)
             log_p = lambda: np.asarray(jax.nn.log_softmax(_f32(lp)))  # noqa: E731
-            _compare(call, call_fn(_f32(lp), _f32(lo), _f32(s), eta), _tpo_loss(lp, lo, s, eta), inputs, {
-                "summing over groups instead of averaging": lambda: -(q() * log_p()).sum(),
-                "the raw log-probs instead of log softmax over the group": lambda: -(q() * lp).sum(-1).mean(),
-            })
+            _compare(
+                call,
+                call_fn(_f32(lp), _f32(lo), _f32(s), eta),
+                _tpo_loss(lp, lo, s, eta),
+                inputs,
+                {
+                    "summing over groups instead of averaging": lambda: -(q() * log_p()).sum(),
+                    "the raw log-probs instead of log softmax over the group": lambda: -(q() * lp).sum(-1).mean(),
+                },
+            )
             got_g = _grad(fn, grads, lp, lo, s, eta)
             want_g = _tpo_loss_grad(_f32(lp), lo, s, eta)
-            _compare(f"the gradient of {call} with respect to logp", got_g, want_g, inputs, {
-                "differentiating through q: the value is right but q is not frozen (compute it from logp_old "
-                "only, or wrap it in jax.lax.stop_gradient)": lambda: np.asarray(jax.grad(lambda x: -(
-                    jax.nn.softmax(jax.nn.log_softmax(x) + _standardize(s) / eta)
-                    * jax.nn.log_softmax(x)).sum(-1).mean())(_f32(lp))),
-                "(p - q) without dividing by the number of groups G": lambda: np.exp(log_p()) - q(),
-            })
+            _compare(
+                f"the gradient of {call} with respect to logp",
+                got_g,
+                want_g,
+                inputs,
+                {
+                    "differentiating through q: the value is right but q is not frozen (compute it from logp_old "
+                    "only, or wrap it in jax.lax.stop_gradient)": lambda: np.asarray(
+                        jax.grad(
+                            lambda x: (
+                                -(jax.nn.softmax(jax.nn.log_softmax(x) + _standardize(s) / eta) * jax.nn.log_softmax(x))
+                                .sum(-1)
+                                .mean()
+                            )
+                        )(_f32(lp))
+                    ),
+                    "(p - q) without dividing by the number of groups G": lambda: np.exp(log_p()) - q(),
+                },
+            )
     _passed("check_tpo_loss_grad", fn, trials * 2, "tpo_core.losses.tpo_loss and its jax.grad")
 
 
 def _grad(fn, cache: dict, logp, logp_old, scores, eta):
     """jax.grad of ``fn`` in its first argument: compiled once per checker run (eager if ``fn`` cannot be jitted)."""
+
     def scalar_fn(x, lo, s, e):
         return jnp.asarray(fn(x, lo, s, e)).reshape(())
 
@@ -340,11 +380,13 @@ def _grad(fn, cache: dict, logp, logp_old, scores, eta):
             try:
                 return cache["jit"](*args, eta)
             except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError):
-                cache["jit"] = None             # Python control flow on values: differentiate eagerly
+                cache["jit"] = None  # Python control flow on values: differentiate eagerly
         return jax.grad(scalar_fn)(*args, eta)
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError, TypeError) as e:
-        raise AssertionError(f"jax.grad cannot differentiate {_name(fn)}: write it with jax.numpy "
-                             f"(jnp, jax.nn), not NumPy ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+        raise AssertionError(
+            f"jax.grad cannot differentiate {_name(fn)}: write it with jax.numpy "
+            f"(jnp, jax.nn), not NumPy ({type(e).__name__}: {str(e).splitlines()[0]})"
+        ) from None
 
 
 def check_grpo_advantages(fn: Callable, trials: int = 15, seed: int = 3, show_hints: bool = True) -> None:
@@ -359,10 +401,12 @@ def check_grpo_advantages(fn: Callable, trials: int = 15, seed: int = 3, show_hi
         s = _scores(rng, shape, t)
         c = s - s.mean(-1, keepdims=True)
         hints = {
-            "the sample std (ddof=1, TRL/verl) instead of the population std (the paper)":
-                lambda: c / (c.std(-1, ddof=1, keepdims=True) + 1e-8),
-            "dividing by σ without the + 1e-8 (an all-equal group must give A = 0, not NaN)":
-                lambda: c / c.std(-1, keepdims=True),
+            "the sample std (ddof=1, TRL/verl) instead of the population std (the paper)": lambda: (
+                c / (c.std(-1, ddof=1, keepdims=True) + 1e-8)
+            ),
+            "dividing by σ without the + 1e-8 (an all-equal group must give A = 0, not NaN)": lambda: (
+                c / c.std(-1, keepdims=True)
+            ),
             "a mean and std over the whole batch instead of over each group": lambda: (s - s.mean()) / (s.std() + 1e-8),
         }
         _compare(f"{_name(fn)}(scores)", call_fn(_f32(s)), _grpo_advantages(s), {"scores": s}, hints)
@@ -388,8 +432,15 @@ def check_k3(fn: Callable, trials: int = 12, seed: int = 4, show_hints: bool = T
             "k2 = (log r)²/2": lambda: 0.5 * d**2,
             "forgetting the - 1 (r - log r)": lambda: np.exp(d) - d,
         }
-        _compare(f"{_name(fn)}(logp, logp_ref)", call_fn(_f32(lp), _f32(lr)), _k3(lp, lr),
-                 {"logp": lp, "logp_ref": lr}, hints, atol=1e-4, rtol=1e-4)
+        _compare(
+            f"{_name(fn)}(logp, logp_ref)",
+            call_fn(_f32(lp), _f32(lr)),
+            _k3(lp, lr),
+            {"logp": lp, "logp_ref": lr},
+            hints,
+            atol=1e-4,
+            rtol=1e-4,
+        )
     _passed("check_k3", fn, trials, "tpo_core.losses.k3_kl")
 
 
@@ -416,16 +467,22 @@ def check_sequence_logprob(fn: Callable, trials: int = 12, seed: int = 5, show_h
         tl = (-rng.exponential(1.0, size=full)).astype(np.float32)
         lengths = rng.integers(1, T + 1, size=full[:-1])
         mask = np.arange(T) < lengths[..., None]
-        tl = np.where(mask, tl, rng.normal(size=full) * 5.0).astype(np.float32)   # padding holds junk
+        tl = np.where(mask, tl, rng.normal(size=full) * 5.0).astype(np.float32)  # padding holds junk
         m = mask.astype(np.float64)
         hints = {
-            "a mean over tokens instead of a sum (length normalisation: not a log-probability)":
-                lambda: (tl * m).sum(-1) / np.maximum(m.sum(-1), 1.0),
+            "a mean over tokens instead of a sum (length normalisation: not a log-probability)": lambda: (
+                (tl * m).sum(-1) / np.maximum(m.sum(-1), 1.0)
+            ),
             "ignoring the mask (padding tokens counted)": lambda: tl.sum(-1),
             "a mean over all T positions": lambda: (tl * m).mean(-1),
         }
-        _compare(f"{_name(fn)}(token_logp, mask)", call_fn(_f32(tl), jnp.asarray(mask)),
-                 reference_sequence_logprob(tl, mask), {"token_logp": tl, "mask": mask}, hints)
+        _compare(
+            f"{_name(fn)}(token_logp, mask)",
+            call_fn(_f32(tl), jnp.asarray(mask)),
+            reference_sequence_logprob(tl, mask),
+            {"token_logp": tl, "mask": mask},
+            hints,
+        )
     _passed("check_sequence_logprob", fn, trials, "the token-sum log-probability")
 
 
@@ -447,26 +504,36 @@ def check_candidate_rewards(fn: Callable, trials: int = 8, seed: int = 6, show_h
         B, H, K = ((3, 6, 4), (2, 5, 3))[t % 2]
         bc = rng.random((B, H)) < 0.75
         bc[0, :] = True
-        bc[0, 1] = False                                  # a first mistake at t = 1 in row 0
+        bc[0, 1] = False  # a first mistake at t = 1 in row 0
         cc = rng.random((B, H, K)) < 0.5
-        cc[..., 0] = bc                                   # candidate 0 is the behaviour token
-        cc[0, 1, 1] = True                                # ... and a correct alternative at that state
+        cc[..., 0] = bc  # candidate 0 is the behaviour token
+        cc[0, 1, 1] = True  # ... and a correct alternative at that state
         prefix = np.cumprod(bc, axis=-1).astype(np.float64)
         c = cc.astype(np.float64)
         for reward in ("bag", "sequential"):
-            hints = {
-                "a prefix that includes state t itself (the candidates at t replace a_t, so only a_<t must be right)":
-                    lambda: prefix[..., None] * c,
-                "the bag reward (no prefix)": lambda: c,
-                "the behaviour token's sequential reward for every candidate": lambda: np.broadcast_to(
-                    prefix[..., None], c.shape),
-                "a prefix over the states that come after t": lambda: np.flip(np.cumprod(np.flip(bc, -1), -1), -1)[
-                    ..., None] * c,
-            } if reward == "sequential" else {}
-            _compare(f"{_name(fn)}(cand_correct, behaviour_correct, {reward!r})",
-                     call_fn(jnp.asarray(cc), jnp.asarray(bc), reward),
-                     _candidate_rewards(jnp.asarray(cc), jnp.asarray(bc), reward),
-                     {"behaviour_correct": bc.astype(int), "cand_correct": cc.astype(int)}, hints)
+            hints = (
+                {
+                    "a prefix that includes state t itself (the candidates at t replace a_t, so only a_<t must be right)": lambda: (
+                        prefix[..., None] * c
+                    ),
+                    "the bag reward (no prefix)": lambda: c,
+                    "the behaviour token's sequential reward for every candidate": lambda: np.broadcast_to(
+                        prefix[..., None], c.shape
+                    ),
+                    "a prefix over the states that come after t": lambda: (
+                        np.flip(np.cumprod(np.flip(bc, -1), -1), -1)[..., None] * c
+                    ),
+                }
+                if reward == "sequential"
+                else {}
+            )
+            _compare(
+                f"{_name(fn)}(cand_correct, behaviour_correct, {reward!r})",
+                call_fn(jnp.asarray(cc), jnp.asarray(bc), reward),
+                _candidate_rewards(jnp.asarray(cc), jnp.asarray(bc), reward),
+                {"behaviour_correct": bc.astype(int), "cand_correct": cc.astype(int)},
+                hints,
+            )
     _passed("check_candidate_rewards", fn, trials * 2, "tpo_core.tasks.candidate_rewards")
 
 
@@ -493,8 +560,9 @@ def _index_arrays(call: str, out, n_minibatches: int) -> list[np.ndarray]:
         if b.ndim != 1:
             raise AssertionError(f"{call}: mini-batch {j} has shape {b.shape}, expected a 1-D array of row indices")
         if b.dtype == bool or not np.issubdtype(b.dtype, np.integer):
-            raise AssertionError(f"{call}: mini-batch {j} holds {b.dtype} values, expected integer row indices "
-                                 f"(e.g. np.int64)")
+            raise AssertionError(
+                f"{call}: mini-batch {j} holds {b.dtype} values, expected integer row indices (e.g. np.int64)"
+            )
     return batches
 
 
@@ -573,8 +641,10 @@ def check_group_minibatches(fn: Callable, trials: int = 8, seed: int = 7, show_h
             if missing.size:
                 lines.append(f"  rows that never appear: {_fmt(missing)}")
             if dup.size and (counts.reshape(n, K) == counts.reshape(n, K)[:, :1]).all():
-                lines += _hint("prompts drawn with replacement (rng.choice(n_prompts, n_prompts) or rng.integers) "
-                               "instead of a permutation (rng.permutation(n_prompts))")
+                lines += _hint(
+                    "prompts drawn with replacement (rng.choice(n_prompts, n_prompts) or rng.integers) "
+                    "instead of a permutation (rng.permutation(n_prompts))"
+                )
             elif dup.size:
                 lines += _hint("duplicate rows: rows drawn with replacement, or mini-batches that overlap")
             else:
@@ -586,39 +656,55 @@ def check_group_minibatches(fn: Callable, trials: int = 8, seed: int = 7, show_h
         if cut is not None:
             j, p = cut
             b = batches[j]
-            lines = [f"mini-batch {j} of {call} does not hold whole groups, one after the other:",
-                     f"  mini-batch {j} = {_fmt(b)}"]
+            lines = [
+                f"mini-batch {j} of {call} does not hold whole groups, one after the other:",
+                f"  mini-batch {j} = {_fmt(b)}",
+            ]
             if 0 <= p < n and (b // K == p).sum() != K:
-                lines.append(f"  it holds rows {_fmt(np.sort(b[b // K == p]))} of prompt {p}, whose group is rows "
-                             f"{p * K} … {p * K + K - 1}")
+                lines.append(
+                    f"  it holds rows {_fmt(np.sort(b[b // K == p]))} of prompt {p}, whose group is rows "
+                    f"{p * K} … {p * K + K - 1}"
+                )
             if all(_whole_groups(b // K, n, K) for b in batches):
-                lines.append(f"  every prompt it holds is complete, but its K rows are not next to each other: "
-                             f"idx.reshape(-1, K)[0] = {_fmt(b[:K])} mixes prompts {_fmt(np.unique(b[:K] // K))}; "
-                             f"idx.reshape(-1, K) must give one group per row")
+                lines.append(
+                    f"  every prompt it holds is complete, but its K rows are not next to each other: "
+                    f"idx.reshape(-1, K)[0] = {_fmt(b[:K])} mixes prompts {_fmt(np.unique(b[:K] // K))}; "
+                    f"idx.reshape(-1, K) must give one group per row"
+                )
             elif all(_whole_groups(b % n, n, K) for b in batches):
-                lines += _hint("rows laid out K-major (prompt + k * n_prompts) instead of prompt-major "
-                               "(prompt * K + k): row r belongs to prompt r // K")
+                lines += _hint(
+                    "rows laid out K-major (prompt + k * n_prompts) instead of prompt-major "
+                    "(prompt * K + k): row r belongs to prompt r // K"
+                )
             elif _cut_group([rows], K) is None:
-                lines += _hint("chunking the rows at boundaries that are not multiples of K (np.array_split of the "
-                               "rows, or a row count per mini-batch that K does not divide)")
+                lines += _hint(
+                    "chunking the rows at boundaries that are not multiples of K (np.array_split of the "
+                    "rows, or a row count per mini-batch that K does not divide)"
+                )
             else:
-                lines += _hint("shuffling rows (rng.permutation(n_prompts * K)) instead of prompts: permute the "
-                               "prompts, then take all K rows of each")
+                lines += _hint(
+                    "shuffling rows (rng.permutation(n_prompts * K)) instead of prompts: permute the "
+                    "prompts, then take all K rows of each"
+                )
             raise AssertionError("\n".join(lines))
 
         # equal sizes
         sizes = [b.size for b in batches]
         if len(set(sizes)) > 1:
-            raise AssertionError(f"{call} returned mini-batches of {sizes} rows: they must be equal "
-                                 f"({n // M} groups of {K} each), or the mean of the mini-batch losses weights "
-                                 f"groups unequally")
+            raise AssertionError(
+                f"{call} returned mini-batches of {sizes} rows: they must be equal "
+                f"({n // M} groups of {K} each), or the mean of the mini-batch losses weights "
+                f"groups unequally"
+            )
 
         # the same batches for the same seed
         again = _index_arrays(call, fn(n, K, M, np.random.default_rng(child)), M)
         if len(again) != len(batches) or not all(np.array_equal(a, b) for a, b in zip(again, batches)):
-            raise AssertionError(f"{call} returned different mini-batches for two generators with the same seed: "
-                                 f"draw every random number from rng (not np.random or random), so that a run can "
-                                 f"be reproduced")
+            raise AssertionError(
+                f"{call} returned different mini-batches for two generators with the same seed: "
+                f"draw every random number from rng (not np.random or random), so that a run can "
+                f"be reproduced"
+            )
         orders.append(_prompt_order(batches, K))
 
         # the mean of the mini-batch losses is the full-batch loss
@@ -627,8 +713,12 @@ def check_group_minibatches(fn: Callable, trials: int = 8, seed: int = 7, show_h
         s = _scores(rng, (n, K), t)
         eta = float(rng.choice([1.0, 0.5, 2.0]))
         got, want = _minibatch_and_full_loss(lp, lo, s, np.stack(batches), eta)
-        _compare(f"the mean over the mini-batches of {call} of tpo_core.tpo_loss", got, want,
-                 {"logp": lp, "logp_old": lo, "scores": s})
+        _compare(
+            f"the mean over the mini-batches of {call} of tpo_core.tpo_loss",
+            got,
+            want,
+            {"logp": lp, "logp_old": lo, "scores": s},
+        )
 
         # n_minibatches that does not divide n_prompts: a ValueError, not cut groups or unequal batches
         bad = next(m for m in range(2, n + 2) if n % m)
@@ -638,32 +728,50 @@ def check_group_minibatches(fn: Callable, trials: int = 8, seed: int = 7, show_h
         except ValueError:
             pass
         else:
-            lines = [f"{call_bad} returned instead of raising ValueError: {n} prompts cannot be split into {bad} "
-                     f"equal mini-batches of whole groups"]
+            lines = [
+                f"{call_bad} returned instead of raising ValueError: {n} prompts cannot be split into {bad} "
+                f"equal mini-batches of whole groups"
+            ]
             try:
                 got = [np.asarray(b) for b in out]
                 cuts = _cut_group(got, K) is not None
             except Exception:  # whatever it returned, the message above says what is wrong
                 got, cuts = None, False
             if got is not None and (cuts or len({b.size for b in got}) > 1):
-                lines += _hint("splitting the rows into n_minibatches contiguous chunks (np.array_split), which "
-                               "cuts groups or gives unequal mini-batches when n_minibatches does not divide "
-                               "n_prompts")
+                lines += _hint(
+                    "splitting the rows into n_minibatches contiguous chunks (np.array_split), which "
+                    "cuts groups or gives unequal mini-batches when n_minibatches does not divide "
+                    "n_prompts"
+                )
             raise AssertionError("\n".join(lines))
 
     # shuffled, and by rng
     if all(np.array_equal(o, np.arange(o.size)) for o in orders):
-        raise AssertionError(f"{_name(fn)} never shuffles the prompts: in all {trials} calls they come in their stored "
-                             f"order 0, 1, 2, …; draw their order from rng (rng.permutation(n_prompts)) so that "
-                             f"each mini-batch mixes prompts from the whole batch")
+        raise AssertionError(
+            f"{_name(fn)} never shuffles the prompts: in all {trials} calls they come in their stored "
+            f"order 0, 1, 2, …; draw their order from rng (rng.permutation(n_prompts)) so that "
+            f"each mini-batch mixes prompts from the whole batch"
+        )
     n, K, M = _MINIBATCH_CASES[0]
-    seen = {tuple(_prompt_order(_index_arrays(f"{_name(fn)}(n_prompts={n}, K={K}, n_minibatches={M}, rng)",
-                                              fn(n, K, M, np.random.default_rng(seed + 1000 + i)), M), K))
-            for i in range(3)}
+    seen = {
+        tuple(
+            _prompt_order(
+                _index_arrays(
+                    f"{_name(fn)}(n_prompts={n}, K={K}, n_minibatches={M}, rng)",
+                    fn(n, K, M, np.random.default_rng(seed + 1000 + i)),
+                    M,
+                ),
+                K,
+            )
+        )
+        for i in range(3)
+    }
     if len(seen) == 1:
-        raise AssertionError(f"{_name(fn)}(n_prompts={n}, K={K}, n_minibatches={M}, rng) orders the prompts the same "
-                             f"way for three generators with different seeds: draw the order from the rng argument "
-                             f"(rng.permutation(n_prompts)), not from a fixed seed")
+        raise AssertionError(
+            f"{_name(fn)}(n_prompts={n}, K={K}, n_minibatches={M}, rng) orders the prompts the same "
+            f"way for three generators with different seeds: draw the order from the rng argument "
+            f"(rng.permutation(n_prompts)), not from a fixed seed"
+        )
     _passed("check_group_minibatches", fn, trials, "whole-group mini-batches and tpo_core.losses.tpo_loss")
 
 
@@ -703,14 +811,21 @@ def check_sequence_weights(fn: Callable, trials: int = 8, seed: int = 8, show_hi
                 "forgetting the factor K (q - p instead of K(q - p))": lambda: q - p,
                 "the wrong sign (K(p - q))": lambda: K * (p - q),
                 "the loss gradient (p - q)/G instead of the weight -N ∂L/∂logp = K(q - p)": lambda: (p - q) / G,
-                "a softmax over the wrong axis (not the group axis, the last one)":
-                    lambda: K * (_softmax(lo + u / eta, axis=0) - _softmax(lp, axis=0)),
-                "p = softmax(logp) over the wrong axis (not the group axis, the last one)":
-                    lambda: K * (q - _softmax(lp, axis=0)),
-                "building q from the current p instead of p_old (q ∝ p_old·exp(u/η) is frozen at the rollout)":
-                    lambda: K * (_softmax(lp + u / eta) - p),
+                "a softmax over the wrong axis (not the group axis, the last one)": lambda: (
+                    K * (_softmax(lo + u / eta, axis=0) - _softmax(lp, axis=0))
+                ),
+                "p = softmax(logp) over the wrong axis (not the group axis, the last one)": lambda: (
+                    K * (q - _softmax(lp, axis=0))
+                ),
+                "building q from the current p instead of p_old (q ∝ p_old·exp(u/η) is frozen at the rollout)": lambda: (
+                    K * (_softmax(lp + u / eta) - p)
+                ),
             }
-            _compare(f"{_name(fn)}(logp, logp_old, scores, eta={eta:g}) {where}",
-                     call_fn(_f32(lp), _f32(lo), _f32(s), eta), want,
-                     {"logp": lp, "logp_old": lo, "scores": s}, hints)
+            _compare(
+                f"{_name(fn)}(logp, logp_old, scores, eta={eta:g}) {where}",
+                call_fn(_f32(lp), _f32(lo), _f32(s), eta),
+                want,
+                {"logp": lp, "logp_old": lo, "scores": s},
+                hints,
+            )
     _passed("check_sequence_weights", fn, trials * 2, "-N · jax.grad(tpo_core.losses.tpo_loss)")

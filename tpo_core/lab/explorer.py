@@ -10,6 +10,7 @@ slider move; :func:`target_explorer_figure` precomputes every preset × η combi
 whose dropdowns and slider work in a static page (no kernel, no server). Pure numpy for the presets; the
 figure's q comes from :func:`tpo_core.losses.tpo_target`.
 """
+
 from __future__ import annotations
 
 import math
@@ -85,26 +86,33 @@ def explorer_grid(K: int = 8, etas=EXPLORER_ETAS, seed: int = 0) -> dict:
     scores = {s: preset_scores(s, K) for s in SCORE_PRESETS}
     logp = {p: preset_logp(p, K, seed) for p in LOGP_PRESETS}
     combos = [(s, p) for s in SCORE_PRESETS for p in LOGP_PRESETS]
-    S = jnp.asarray(np.stack([scores[s] for s, _ in combos]), jnp.float32)       # [C, K]
-    Lg = jnp.asarray(np.stack([logp[p] for _, p in combos]), jnp.float32)       # [C, K]
+    S = jnp.asarray(np.stack([scores[s] for s, _ in combos]), jnp.float32)  # [C, K]
+    Lg = jnp.asarray(np.stack([logp[p] for _, p in combos]), jnp.float32)  # [C, K]
     q = np.stack([np.asarray(tpo_target(Lg, S, eta=e), np.float64) for e in etas], 1)  # [C, E, K]
     q /= q.sum(-1, keepdims=True)  # float32 -> float64 rounding only
-    return dict(K=K, etas=etas, scores=scores,
-                p_old={p: np.exp(v) / np.exp(v).sum() for p, v in logp.items()},
-                u={s: np.asarray(standardize(jnp.asarray(v, jnp.float32)), np.float64) for s, v in scores.items()},
-                q={c: q[i] for i, c in enumerate(combos)})
+    return dict(
+        K=K,
+        etas=etas,
+        scores=scores,
+        p_old={p: np.exp(v) / np.exp(v).sum() for p, v in logp.items()},
+        u={s: np.asarray(standardize(jnp.asarray(v, jnp.float32)), np.float64) for s, v in scores.items()},
+        q={c: q[i] for i, c in enumerate(combos)},
+    )
 
 
 def _summary(grid, s, p, k):
     q, p_old = grid["q"][(s, p)][k], grid["p_old"][p]
     best = grid["scores"][s] == grid["scores"][s].max()
     kl = max(float(np.sum(q * np.log(np.maximum(q, 1e-300) / p_old))), 0.0)  # ≥ 0 (no "-0.000")
-    return (f"scores: {s} · p_old: {p} · η = {grid['etas'][k]:g}<br>mass on the best {p_old[best].sum():.2f} → "
-            f"{q[best].sum():.2f} · KL(q‖p_old) = {kl:.3f} · ‖p − q‖₁ = {np.abs(p_old - q).sum():.2f}")
+    return (
+        f"scores: {s} · p_old: {p} · η = {grid['etas'][k]:g}<br>mass on the best {p_old[best].sum():.2f} → "
+        f"{q[best].sum():.2f} · KL(q‖p_old) = {kl:.3f} · ‖p − q‖₁ = {np.abs(p_old - q).sum():.2f}"
+    )
 
 
-def target_explorer_figure(K: int = 8, etas=EXPLORER_ETAS, seed: int = 0, default=("one success", "uniform", 1.0),
-                           grid: dict | None = None):
+def target_explorer_figure(
+    K: int = 8, etas=EXPLORER_ETAS, seed: int = 0, default=("one success", "uniform", 1.0), grid: dict | None = None
+):
     """One plotly figure with every explorer combination precomputed, controlled without a kernel.
 
     A dropdown over the (score preset, p_old preset) pairs and an η slider. Every control updates the same
@@ -137,22 +145,57 @@ def target_explorer_figure(K: int = 8, etas=EXPLORER_ETAS, seed: int = 0, defaul
         return dict(active=k0, steps=steps, currentvalue=dict(prefix="η = "), pad=dict(t=75), y=0, len=1.0)
 
     combos = [(s, p) for s in SCORE_PRESETS for p in LOGP_PRESETS]
-    buttons = [dict(method="update", label=f"scores: {s} · p_old: {p}",
-                    args=[restyle(s, p, k0)[0], {**restyle(s, p, k0)[1], "sliders": [eta_slider(s, p)]}])
-               for s, p in combos]
-    menu = dict(buttons=buttons, active=combos.index((s0, p0)), direction="down", x=0.0, xanchor="left",
-                y=1.3, yanchor="top", showactive=True)
+    buttons = [
+        dict(
+            method="update",
+            label=f"scores: {s} · p_old: {p}",
+            args=[restyle(s, p, k0)[0], {**restyle(s, p, k0)[1], "sliders": [eta_slider(s, p)]}],
+        )
+        for s, p in combos
+    ]
+    menu = dict(
+        buttons=buttons,
+        active=combos.index((s0, p0)),
+        direction="down",
+        x=0.0,
+        xanchor="left",
+        y=1.3,
+        yanchor="top",
+        showactive=True,
+    )
 
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=("p_old and the target q", "scores u and the first-epoch gradient p − q"))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        horizontal_spacing=0.1,
+        subplot_titles=("p_old and the target q", "scores u and the first-epoch gradient p − q"),
+    )
     c = figures.color
-    for (name, colour, col), y in zip((("p_old", c("p_old"), 1), ("q (TPO target)", c("q"), 1), ("u", c("u"), 2),
-                                       ("p − q at p = p_old", c("grad"), 2)), values(s0, p0, k0)):
-        fig.add_trace(go.Bar(x=names, y=y, name=name, marker_color=colour,
-                             hovertemplate="%{x}: %{y:.3f}<extra>" + name + "</extra>"), 1, col)
+    for (name, colour, col), y in zip(
+        (
+            ("p_old", c("p_old"), 1),
+            ("q (TPO target)", c("q"), 1),
+            ("u", c("u"), 2),
+            ("p − q at p = p_old", c("grad"), 2),
+        ),
+        values(s0, p0, k0),
+    ):
+        fig.add_trace(
+            go.Bar(
+                x=names, y=y, name=name, marker_color=colour, hovertemplate="%{x}: %{y:.3f}<extra>" + name + "</extra>"
+            ),
+            1,
+            col,
+        )
     fig.update_layout(
         title=dict(text=_summary(grid, s0, p0, k0), font=dict(size=12), x=0.02, xanchor="left", y=0.98, yanchor="top"),
-        barmode="group", height=560, updatemenus=[menu], sliders=[eta_slider(s0, p0)],
-        legend=dict(orientation="h", x=0.0, y=-0.1, yanchor="top"), margin=dict(l=50, r=20, t=150, b=150))
+        barmode="group",
+        height=560,
+        updatemenus=[menu],
+        sliders=[eta_slider(s0, p0)],
+        legend=dict(orientation="h", x=0.0, y=-0.1, yanchor="top"),
+        margin=dict(l=50, r=20, t=150, b=150),
+    )
     fig.update_yaxes(range=[0, 1.05], title_text="probability", row=1, col=1)
     fig.update_annotations(font_size=12)
     return fig

@@ -8,6 +8,7 @@
 * Colab: plotly's own ``colab`` renderer;
 * anywhere else: plotly's default.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,11 +19,11 @@ import numpy as np
 from .seeds import seed_se
 
 SYMBOL_COLORS = {  # same symbol, same colour, in equations, the book and the demo
-    "p_old": "#7f7f7f",   # behaviour distribution (grey)
-    "p": "#1f77b4",       # current policy over the group (blue)
-    "q": "#ff7f0e",       # TPO target (orange)
-    "u": "#2ca02c",       # standardised scores (green)
-    "grad": "#d62728",    # p - q (red)
+    "p_old": "#7f7f7f",  # behaviour distribution (grey)
+    "p": "#1f77b4",  # current policy over the group (blue)
+    "q": "#ff7f0e",  # TPO target (orange)
+    "u": "#2ca02c",  # standardised scores (green)
+    "grad": "#d62728",  # p - q (red)
 }
 # Methods have their own palette, with no hue of a symbol above (no blue, orange, green, red or grey), so a
 # figure that draws a method beside p, q or u never makes one colour mean two things. Families share a hue:
@@ -60,8 +61,13 @@ def _register_book_renderer() -> None:
         """Return text/html (plotly.js loaded by the page) instead of plotly's JSON mimetype."""
 
         def to_mimebundle(self, fig_dict):
-            html = pio.to_html(fig_dict, include_plotlyjs=False, include_mathjax=False, full_html=False,
-                               config={"responsive": True, "displaylogo": False})
+            html = pio.to_html(
+                fig_dict,
+                include_plotlyjs=False,
+                include_mathjax=False,
+                full_html=False,
+                config={"responsive": True, "displaylogo": False},
+            )
             return {"text/html": html}
 
     pio.renderers[_BOOK_RENDERER] = _BookHTML()
@@ -90,12 +96,37 @@ def mean_and_se(curves):
     return curves.mean(0), np.nan_to_num(seed_se(curves, axis=0), nan=0.0)
 
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd")
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#843c39",
+    "#7b4173",
+    "#3182bd",
+)
 
 
-def curves_figure(runs: dict, *, title: str = "", y_title: str = "error", x=None, x_title: str = "episode",
-                  percent: bool = True, log_y: bool = False, colors: dict | None = None):
+def curves_figure(
+    runs: dict,
+    *,
+    title: str = "",
+    y_title: str = "error",
+    x=None,
+    x_title: str = "episode",
+    percent: bool = True,
+    log_y: bool = False,
+    colors: dict | None = None,
+):
     """One line per method (seed mean) with a ±1 SE band. runs: {method name: curves [S, T]}; ``colors``
     overrides the colour of a name (default: the method's colour of :data:`COLORS`)."""
     import plotly.graph_objects as go
@@ -118,19 +149,52 @@ def curves_figure(runs: dict, *, title: str = "", y_title: str = "error", x=None
             y_plot, lo, hi = np.maximum(y, floor), np.maximum(lo, floor), np.maximum(hi, floor)
         else:
             y_plot = y
-        fig.add_trace(go.Scatter(x=np.concatenate([xs, xs[::-1]]), y=np.concatenate([hi, lo[::-1]]),
-                                 fill="toself", fillcolor=c, opacity=0.15, line=dict(width=0),
-                                 hoverinfo="skip", showlegend=False, legendgroup=name))
-        fig.add_trace(go.Scatter(x=xs, y=y_plot, customdata=y, name=name, line=dict(color=c, width=2),
-                                 legendgroup=name, hovertemplate="%{x}: %{customdata:.3g}<extra>" + name + "</extra>"))
-    fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title + (" (%)" if percent else ""),
-                      height=380, margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.2))
+        fig.add_trace(
+            go.Scatter(
+                x=np.concatenate([xs, xs[::-1]]),
+                y=np.concatenate([hi, lo[::-1]]),
+                fill="toself",
+                fillcolor=c,
+                opacity=0.15,
+                line=dict(width=0),
+                hoverinfo="skip",
+                showlegend=False,
+                legendgroup=name,
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=y_plot,
+                customdata=y,
+                name=name,
+                line=dict(color=c, width=2),
+                legendgroup=name,
+                hovertemplate="%{x}: %{customdata:.3g}<extra>" + name + "</extra>",
+            )
+        )
+    fig.update_layout(
+        title=title,
+        xaxis_title=x_title,
+        yaxis_title=y_title + (" (%)" if percent else ""),
+        height=380,
+        margin=dict(l=50, r=20, t=50, b=40),
+        legend=dict(orientation="h", y=-0.2),
+    )
     if log_y:
         fig.update_yaxes(type="log")
         if clipped:
-            fig.add_annotation(text=f"values below {floor:.0e} (including exact 0) drawn at {floor:.0e}",
-                               xref="paper", yref="paper", x=0, y=1.0, xanchor="left", yanchor="bottom",
-                               showarrow=False, font=dict(size=10, color="#666"))
+            fig.add_annotation(
+                text=f"values below {floor:.0e} (including exact 0) drawn at {floor:.0e}",
+                xref="paper",
+                yref="paper",
+                x=0,
+                y=1.0,
+                xanchor="left",
+                yanchor="bottom",
+                showarrow=False,
+                font=dict(size=10, color="#666"),
+            )
     return fig
 
 
@@ -142,8 +206,13 @@ def reference_figure(ours: dict, reference: dict, *, title: str = ""):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.68, 0.32], horizontal_spacing=0.09,
-                        subplot_titles=("seed mean ± 1 SE", "final error of each seed"))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.68, 0.32],
+        horizontal_spacing=0.09,
+        subplot_titles=("seed mean ± 1 SE", "final error of each seed"),
+    )
     methods = list(dict.fromkeys([*reference, *ours]))
     for j, m in enumerate(methods):
         c = color(m)
@@ -153,24 +222,60 @@ def reference_figure(ours: dict, reference: dict, *, title: str = ""):
             mean, se = mean_and_se(curves)
             xs = np.arange(mean.shape[0])
             name = f"{m}, {who} ({len(curves)} seed{'s' * (len(curves) != 1)})"
-            fig.add_trace(go.Scatter(x=np.concatenate([xs, xs[::-1]]),
-                                     y=100 * np.concatenate([mean + se, (mean - se)[::-1]]), fill="toself",
-                                     fillcolor=c, opacity=0.12 if who == "ours" else 0.07, line=dict(width=0),
-                                     hoverinfo="skip", showlegend=False, legendgroup=name), row=1, col=1)
-            fig.add_trace(go.Scatter(x=xs, y=100 * mean, name=name, legendgroup=name,
-                                     line=dict(color=c, width=2 if who == "ours" else 1.5, dash=dash)), row=1, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=np.concatenate([xs, xs[::-1]]),
+                    y=100 * np.concatenate([mean + se, (mean - se)[::-1]]),
+                    fill="toself",
+                    fillcolor=c,
+                    opacity=0.12 if who == "ours" else 0.07,
+                    line=dict(width=0),
+                    hoverinfo="skip",
+                    showlegend=False,
+                    legendgroup=name,
+                ),
+                row=1,
+                col=1,
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=100 * mean,
+                    name=name,
+                    legendgroup=name,
+                    line=dict(color=c, width=2 if who == "ours" else 1.5, dash=dash),
+                ),
+                row=1,
+                col=1,
+            )
             finals = 100 * np.asarray(curves, float)[:, -1]
             offset = (-0.17 if who == "ours" else 0.17) + np.linspace(-0.08, 0.08, len(finals))
-            fig.add_trace(go.Scatter(x=j + offset, y=finals, mode="markers", legendgroup=name, showlegend=False,
-                                     marker=dict(color=c, size=7, symbol="circle" if who == "ours" else "circle-open"),
-                                     hovertemplate="%{y:.1f} %<extra>" + name + "</extra>"), row=1, col=2)
+            fig.add_trace(
+                go.Scatter(
+                    x=j + offset,
+                    y=finals,
+                    mode="markers",
+                    legendgroup=name,
+                    showlegend=False,
+                    marker=dict(color=c, size=7, symbol="circle" if who == "ours" else "circle-open"),
+                    hovertemplate="%{y:.1f} %<extra>" + name + "</extra>",
+                ),
+                row=1,
+                col=2,
+            )
     fig.update_xaxes(title_text="episode", row=1, col=1)
-    fig.update_xaxes(tickvals=list(range(len(methods))), ticktext=[f"{m}<br>● ours ○ ref" for m in methods],
-                     range=[-0.6, len(methods) - 0.4], row=1, col=2)
+    fig.update_xaxes(
+        tickvals=list(range(len(methods))),
+        ticktext=[f"{m}<br>● ours ○ ref" for m in methods],
+        range=[-0.6, len(methods) - 0.4],
+        row=1,
+        col=2,
+    )
     fig.update_yaxes(title_text="exact-match error (%)", range=[-3, 103], row=1, col=1)
     fig.update_yaxes(range=[-3, 103], row=1, col=2)
-    fig.update_layout(title=title, height=430, margin=dict(l=55, r=20, t=70, b=40),
-                      legend=dict(orientation="h", y=-0.18))
+    fig.update_layout(
+        title=title, height=430, margin=dict(l=55, r=20, t=70, b=40), legend=dict(orientation="h", y=-0.18)
+    )
     return fig
 
 

@@ -11,6 +11,7 @@ configuration compiles exactly two chunk shapes (:func:`tpo_core.stream.schedule
 snapshot into plotly figures. Nothing here imports gradio or ``demos``: the package alone (as Colab installs it)
 runs it.
 """
+
 from __future__ import annotations
 
 import threading
@@ -97,6 +98,7 @@ def mnist_dataset():
     with _dataset_lock:
         if _dataset is None:
             from . import mnist
+
             _dataset = mnist.load()
         return _dataset
 
@@ -132,8 +134,13 @@ def _empty(title, note=""):
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    fig.update_layout(title=title, height=300, margin=dict(l=50, r=20, t=50, b=40),
-                      xaxis=dict(visible=bool(not note)), yaxis=dict(visible=bool(not note)))
+    fig.update_layout(
+        title=title,
+        height=300,
+        margin=dict(l=50, r=20, t=50, b=40),
+        xaxis=dict(visible=bool(not note)),
+        yaxis=dict(visible=bool(not note)),
+    )
     if note:
         fig.add_annotation(text=note, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
     return fig
@@ -144,10 +151,12 @@ def _curves(hist, key, title, y_title, percent, log_y=False):
     if not runs:
         return _empty(title, "waiting for the first chunk…" if hist["done"] == 0 else "not defined for this task")
     T = next(iter(runs.values())).shape[1]
-    fig = curves_figure(runs, title=title, y_title=y_title, percent=percent, log_y=log_y,
-                                 x=_x(hist, T), x_title=hist["unit"])
-    fig.update_layout(height=300, margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.25),
-                      title_font_size=14)
+    fig = curves_figure(
+        runs, title=title, y_title=y_title, percent=percent, log_y=log_y, x=_x(hist, T), x_title=hist["unit"]
+    )
+    fig.update_layout(
+        height=300, margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.25), title_font_size=14
+    )
     return fig
 
 
@@ -172,11 +181,16 @@ def grad_figure(hist):
     if not runs:
         return _empty(title, "waiting for the first chunk…")
     T = next(iter(runs.values())).shape[1]
-    fig = curves_figure(runs, title=title, y_title="norm", percent=False, log_y=True, x=_x(hist, T),
-                                 x_title=hist["unit"], colors=colors)
+    fig = curves_figure(
+        runs, title=title, y_title="norm", percent=False, log_y=True, x=_x(hist, T), x_title=hist["unit"], colors=colors
+    )
     fig.for_each_trace(lambda t: t.update(line=dict(dash="dash")) if t.name and "Δθ" in t.name else None)
-    fig.update_layout(height=340, margin=dict(l=55, r=20, t=50, b=40),
-                      legend=dict(orientation="h", x=0.0, y=-0.3, yanchor="top", font_size=11), title_font_size=13)
+    fig.update_layout(
+        height=340,
+        margin=dict(l=55, r=20, t=50, b=40),
+        legend=dict(orientation="h", x=0.0, y=-0.3, yanchor="top", font_size=11),
+        title_font_size=13,
+    )
     fig.update_yaxes(dtick=1, exponentformat="power")  # one label per decade: legible on a log axis
     return fig
 
@@ -196,32 +210,57 @@ def pq_figure(hist, episode: int | None = None):
     tracked = [m for m, d in hist["metrics"].items() if "track_q" in d]
     title = "tracked group: p before each epoch → q"
     if not tracked:
-        note = ("waiting for the first chunk…" if hist["done"] == 0 else
-                "no group to track (single-sample, token-level or bandit methods)")
+        note = (
+            "waiting for the first chunk…"
+            if hist["done"] == 0
+            else "no group to track (single-sample, token-level or bandit methods)"
+        )
         return _empty(title, note)
     T = hist["metrics"][tracked[0]]["track_q"].shape[1]
     t = T - 1 if episode is None else int(min(max(episode, 0), T - 1))
     n = len(tracked)
-    fig = make_subplots(rows=n, cols=1, shared_xaxes=False, vertical_spacing=0.22 if n > 1 else 0.1,
-                        subplot_titles=[_pq_subtitle(m, hist["metrics"][m], t, hist["epochs"][m]) for m in tracked])
+    fig = make_subplots(
+        rows=n,
+        cols=1,
+        shared_xaxes=False,
+        vertical_spacing=0.22 if n > 1 else 0.1,
+        subplot_titles=[_pq_subtitle(m, hist["metrics"][m], t, hist["epochs"][m]) for m in tracked],
+    )
     fig.update_annotations(font_size=11)
     for row, m in enumerate(tracked, 1):
         d = hist["metrics"][m]
-        p = d["track_p"][0, t, 0]          # [epochs, K]
-        q = d["track_q"][0, t, 0]          # [K]
+        p = d["track_p"][0, t, 0]  # [epochs, K]
+        q = d["track_q"][0, t, 0]  # [K]
         s = d["track_scores"][0, t, 0]
         names = [f"y{i + 1}" + ("✓" if v > s.mean() else "") for i, v in enumerate(s)]  # ✓: above the group mean
         E = p.shape[0]
         for e in range(E):
             shade = color("p_old") if e == 0 else color("p")
-            fig.add_trace(go.Bar(x=names, y=p[e], name="p_old (epoch 1)" if e == 0 else f"p before epoch {e + 1}",
-                                 marker_color=shade, opacity=0.35 + 0.65 * (e + 1) / E,
-                                 showlegend=row == 1, legendgroup=f"p{e}"), row, 1)
-        fig.add_trace(go.Bar(x=names, y=q, name="q (TPO target)", marker_color=color("q"),
-                             showlegend=row == 1, legendgroup="q"), row, 1)
-    fig.update_layout(title=dict(text=f"{title}, episode {t}", font=dict(size=13), x=0.0, xanchor="left"),
-                      barmode="group", height=190 + 170 * n, margin=dict(l=55, r=15, t=70, b=40),
-                      legend=dict(orientation="h", x=0.0, y=-0.08, yanchor="top", font_size=10))
+            fig.add_trace(
+                go.Bar(
+                    x=names,
+                    y=p[e],
+                    name="p_old (epoch 1)" if e == 0 else f"p before epoch {e + 1}",
+                    marker_color=shade,
+                    opacity=0.35 + 0.65 * (e + 1) / E,
+                    showlegend=row == 1,
+                    legendgroup=f"p{e}",
+                ),
+                row,
+                1,
+            )
+        fig.add_trace(
+            go.Bar(x=names, y=q, name="q (TPO target)", marker_color=color("q"), showlegend=row == 1, legendgroup="q"),
+            row,
+            1,
+        )
+    fig.update_layout(
+        title=dict(text=f"{title}, episode {t}", font=dict(size=13), x=0.0, xanchor="left"),
+        barmode="group",
+        height=190 + 170 * n,
+        margin=dict(l=55, r=15, t=70, b=40),
+        legend=dict(orientation="h", x=0.0, y=-0.08, yanchor="top", font_size=10),
+    )
     fig.update_xaxes(tickfont_size=10, tickangle=0, automargin=True)
     fig.update_yaxes(tickfont_size=10, automargin=True, rangemode="tozero", title_text="prob.", title_font_size=10)
     return fig
@@ -242,8 +281,7 @@ def status_markdown(hist, backend: str = "cpu") -> str:
     scale = family(hist).block
     head = f"**{done * scale} / {total * scale} {unit}s** · {hist['seconds']:.1f} s · backend {backend.upper()}"
     if done == 0:
-        msg = ("compiling this configuration (once, then cached)…" if hist["compiling"]
-               else "starting…")
+        msg = "compiling this configuration (once, then cached)…" if hist["compiling"] else "starting…"
         return f"{head} · {msg}"
     parts = []
     for m, d in hist["metrics"].items():
@@ -256,5 +294,10 @@ def status_markdown(hist, backend: str = "cpu") -> str:
 
 def figures(hist, backend: str = "cpu"):
     """(status, error, grad-norm, zero-variance, p-vs-q) for one history snapshot."""
-    return (status_markdown(hist, backend), error_figure(hist), grad_figure(hist), zero_var_figure(hist),
-            pq_figure(hist))
+    return (
+        status_markdown(hist, backend),
+        error_figure(hist),
+        grad_figure(hist),
+        zero_var_figure(hist),
+        pq_figure(hist),
+    )

@@ -7,6 +7,7 @@ online, e.g. on Colab) → the 10,000-image MNIST test set shipped inside the pa
 deterministically into 8,000 train / 2,000 test images (the split of the committed runs under
 ``results/mnist``). One line on stderr says which data is used.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,7 +48,7 @@ class Dataset:
     y_train: np.ndarray  # [N] int32
     x_test: np.ndarray
     y_test: np.ndarray
-    source: str          # one line saying where the images came from
+    source: str  # one line saying where the images came from
 
     @property
     def num_classes(self) -> int:
@@ -65,7 +66,7 @@ def read_idx(path) -> np.ndarray:
     zero, dtype_code, ndim = struct.unpack(">HBB", raw[:4])
     if zero != 0 or dtype_code != 0x08:
         raise ValueError(f"{path} is not an unsigned-byte IDX file")
-    dims = struct.unpack(">" + "I" * ndim, raw[4: 4 + 4 * ndim])
+    dims = struct.unpack(">" + "I" * ndim, raw[4 : 4 + 4 * ndim])
     return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
@@ -123,8 +124,9 @@ def _split_test_set(x, y, where: str) -> Dataset:
     """The 10k test set split into 8,000 train / 2,000 test by a fixed permutation (seed 0)."""
     perm = np.random.default_rng(0).permutation(len(y))
     tr, te = perm[:SPLIT_TRAIN], perm[SPLIT_TRAIN:]
-    return Dataset(x[tr], y[tr], x[te], y[te],
-                   f"{where}: split {len(tr):,} train / {len(te):,} test (fixed permutation, seed 0)")
+    return Dataset(
+        x[tr], y[tr], x[te], y[te], f"{where}: split {len(tr):,} train / {len(te):,} test (fixed permutation, seed 0)"
+    )
 
 
 def shipped() -> Dataset:
@@ -132,8 +134,10 @@ def shipped() -> Dataset:
     for name, expected in SHIPPED_SHA256.items():
         path = SHIPPED_DIR / name
         if not path.exists() or atomic_io.sha256_file(path) != expected:
-            raise RuntimeError(f"the MNIST file shipped with tpo_core, {path}, is missing or fails its SHA-256 "
-                               f"check (expected {expected}); reinstall tpo_core or set TPO_DATA_DIR")
+            raise RuntimeError(
+                f"the MNIST file shipped with tpo_core, {path}, is missing or fails its SHA-256 "
+                f"check (expected {expected}); reinstall tpo_core or set TPO_DATA_DIR"
+            )
     x = read_idx(SHIPPED_DIR / "t10k-images-idx3-ubyte.gz").reshape(-1, 784).astype(np.float32) / 255.0
     y = read_idx(SHIPPED_DIR / "t10k-labels-idx1-ubyte.gz").astype(np.int32)
     return _split_test_set(x, y, "MNIST test set only (shipped with tpo_core, SHA-256 verified)")

@@ -3,6 +3,7 @@
 ``QUICK`` budgets: the quick (CPU-sized) budget is the default on every backend, Colab's GPUs included;
 ``TPO_QUICK=0`` selects the full chapter budget (the reproduction appendix states each one and its expected time).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,20 +44,36 @@ def budget(quick, full):
 # budget's expected time. ``work`` names the keys whose product measures a run's cost (compute grows linearly in
 # each of them for these engines), so a measured time scales from one budget to the other.
 LIVE_BUDGETS: dict[str, dict] = {
-    "04": dict(what="MNIST as a bandit, six methods",
-               quick=dict(steps=3000, seeds=2), full=dict(steps=10_000, seeds=20), work=("steps", "seeds")),
-    "05": dict(what="dense-reward token tasks, TPO / GRPO (PPO and DG in the full budget)",
-               quick=dict(H=6, B=64, episodes=100, seeds=2), full=dict(H=10, B=100, episodes=1000, seeds=20),
-               work=("H", "B", "episodes", "seeds")),
-    "06": dict(what="sparse reversal, four methods (the paper's Table-3 setting in the full budget)",
-               quick=dict(H=5, B=50, episodes=100, seeds=2), full=dict(H=10, B=100, episodes=2000, seeds=20),
-               work=("H", "B", "episodes", "seeds")),
-    "07": dict(what="why it works: gradient and step diagnostics (the paper's ablation H = 8 in the full budget)",
-               quick=dict(H=5, B=50, episodes=100, seeds=2), full=dict(H=8, B=100, episodes=2000, seeds=10),
-               work=("H", "B", "episodes", "seeds")),
-    "08": dict(what="ablations at the paper's ablation setting (H = 8, B = 256, K = 32 in the full budget)",
-               quick=dict(H=5, B=32, K=8, episodes=60, seeds=2), full=dict(H=8, B=256, K=32, episodes=2000, seeds=5),
-               work=("H", "B", "K", "episodes", "seeds")),
+    "04": dict(
+        what="MNIST as a bandit, six methods",
+        quick=dict(steps=3000, seeds=2),
+        full=dict(steps=10_000, seeds=20),
+        work=("steps", "seeds"),
+    ),
+    "05": dict(
+        what="dense-reward token tasks, TPO / GRPO (PPO and DG in the full budget)",
+        quick=dict(H=6, B=64, episodes=100, seeds=2),
+        full=dict(H=10, B=100, episodes=1000, seeds=20),
+        work=("H", "B", "episodes", "seeds"),
+    ),
+    "06": dict(
+        what="sparse reversal, four methods (the paper's Table-3 setting in the full budget)",
+        quick=dict(H=5, B=50, episodes=100, seeds=2),
+        full=dict(H=10, B=100, episodes=2000, seeds=20),
+        work=("H", "B", "episodes", "seeds"),
+    ),
+    "07": dict(
+        what="why it works: gradient and step diagnostics (the paper's ablation H = 8 in the full budget)",
+        quick=dict(H=5, B=50, episodes=100, seeds=2),
+        full=dict(H=8, B=100, episodes=2000, seeds=10),
+        work=("H", "B", "episodes", "seeds"),
+    ),
+    "08": dict(
+        what="ablations at the paper's ablation setting (H = 8, B = 256, K = 32 in the full budget)",
+        quick=dict(H=5, B=32, K=8, episodes=60, seeds=2),
+        full=dict(H=8, B=256, K=32, episodes=2000, seeds=5),
+        work=("H", "B", "K", "episodes", "seeds"),
+    ),
 }
 
 
@@ -85,8 +102,6 @@ def stopwatch(label: str):
     t0 = time.perf_counter()
     yield
     print(f"{label}: {time.perf_counter() - t0:.1f} s")
-
-
 
 
 def timed_run(program, seeds, n, points=None):
@@ -136,6 +151,7 @@ def t4_estimate(cpu_seconds: float) -> str:
     """The expected time on a Colab T4 of work that takes ``cpu_seconds`` on the 2-core CPU that trained
     ``results/`` (measured there, or extrapolated from a measurement), as one line that states its basis."""
     t4 = cpu_seconds / T4_SPEEDUP_ASSUMED
-    return (f"≈ {duration_text(t4)} on a Colab T4 (an estimate: ≈ {duration_text(cpu_seconds)} on a 2-core CPU, "
-            f"divided by an assumed {T4_SPEEDUP_ASSUMED:g}× speed-up; not measured on a T4)")
-
+    return (
+        f"≈ {duration_text(t4)} on a Colab T4 (an estimate: ≈ {duration_text(cpu_seconds)} on a 2-core CPU, "
+        f"divided by an assumed {T4_SPEEDUP_ASSUMED:g}× speed-up; not measured on a T4)"
+    )

@@ -9,6 +9,7 @@ the recent history meets the history's large v, so the step is proportionally sm
 :func:`rescale_run` measures it: ``warm`` steps of an optimizer on ordinary gradients, then ``after`` steps on
 the same gradients times ``scale``, recording each step's update norm per parameter group.
 """
+
 from __future__ import annotations
 
 import jax
@@ -19,8 +20,9 @@ import optax
 from tpo_core.train import optimizer_route
 
 
-def rescale_run(tx: optax.GradientTransformation, params, grads, *, warm: int, after: int, scale: float,
-                labels=None) -> dict:
+def rescale_run(
+    tx: optax.GradientTransformation, params, grads, *, warm: int, after: int, scale: float, labels=None
+) -> dict:
     """Update norms of ``tx`` over ``warm`` steps on ``grads``, then ``after`` steps on ``scale × grads``.
 
     ``grads``: a gradient pytree shaped like ``params`` (the same gradient every step) or a function
@@ -52,5 +54,3 @@ def rescale_run(tx: optax.GradientTransformation, params, grads, *, warm: int, a
         return jax.lax.scan(step, tx.init(params), jnp.arange(warm + after))[1]
 
     return jax.tree.map(np.asarray, run(params))
-
-

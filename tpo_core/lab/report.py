@@ -10,6 +10,7 @@ registry (:mod:`tpo_core.reproduce.experiments`, by the summary's ``preset`` nam
 once (:func:`blocks`) into markdown or HTML. Public functions (the book and the demo call them):
 :func:`load_summaries`, :func:`to_markdown`, :func:`to_html`, :func:`reference_table`, :func:`seedwise_table`.
 """
+
 from __future__ import annotations
 
 import html
@@ -35,13 +36,15 @@ def load_summaries(directory) -> list[dict]:
     for p in paths:
         s = json.loads(p.read_text())
         if not isinstance(s, dict) or "preset" not in s or "rows" not in s:
-            raise ValueError(f"{p}: not a reproduction summary (no 'preset' and 'rows'); rerun its preset with --partial")
+            raise ValueError(
+                f"{p}: not a reproduction summary (no 'preset' and 'rows'); rerun its preset with --partial"
+            )
         s["_path"] = str(p.relative_to(directory))
         notes = p.parent / "NOTES.md"
         if notes.exists():
             s["findings"] = notes.read_text().strip()
         summaries.append(s)
-    order = {name: i for i, name in enumerate(experiments.names())}   # the registry's order: JAX, then LLM
+    order = {name: i for i, name in enumerate(experiments.names())}  # the registry's order: JAX, then LLM
     return sorted(summaries, key=lambda s: (order.get(s["preset"], len(order)), s["budget"]))
 
 
@@ -87,8 +90,15 @@ def _partial_text(s) -> str:
     """' (in progress: ...)' for a summary of a reproduction whose seeds are not all finished."""
     if not s.get("partial"):
         return ""
-    return " (in progress: " + ", ".join(f"{r['key']} {len(r['seeds'])} seed{'s' * (len(r['seeds']) != 1)}" for r in s["rows"]
-                                         if r["metric"] == s["metrics"][0]) + " so far)"
+    return (
+        " (in progress: "
+        + ", ".join(
+            f"{r['key']} {len(r['seeds'])} seed{'s' * (len(r['seeds']) != 1)}"
+            for r in s["rows"]
+            if r["metric"] == s["metrics"][0]
+        )
+        + " so far)"
+    )
 
 
 def row_cells(r: dict) -> list[str]:
@@ -102,8 +112,15 @@ def row_cells(r: dict) -> list[str]:
             paper += f" ± {_fmt_se(r['paper_se'], metric)}"
         delta = "" if r.get("resolution") is None else f"{r['resolution']:g}"
         verdict = r.get("verdict") or ("no SE (one seed)" if r.get("paper") is not None else "—")
-    return [r["key"], r.get("metric_label", metric), f"{_fmt(r['ours'], metric)} ± {_fmt_se(r['se'], metric)}",
-            paper, delta, verdict, f"{len(r['seeds'])} × {r['length']}"]
+    return [
+        r["key"],
+        r.get("metric_label", metric),
+        f"{_fmt(r['ours'], metric)} ± {_fmt_se(r['se'], metric)}",
+        paper,
+        delta,
+        verdict,
+        f"{len(r['seeds'])} × {r['length']}",
+    ]
 
 
 def counts(summaries) -> dict:
@@ -118,30 +135,56 @@ def counts(summaries) -> dict:
 
 def headline(summaries) -> str:
     c = counts(summaries)
-    return (f"{len(summaries)} preset run(s), {c['rows']} rows, of which {c['compared']} ran at the paper's own "
-            f"setting and are compared with its number: {c['consistent']} consistent, {c['inconsistent']} "
-            f"inconsistent, {c['inconclusive']} inconclusive. The other rows ran smaller budgets (see each budget "
-            f"note) and are not scored.")
+    return (
+        f"{len(summaries)} preset run(s), {c['rows']} rows, of which {c['compared']} ran at the paper's own "
+        f"setting and are compared with its number: {c['consistent']} consistent, {c['inconsistent']} "
+        f"inconsistent, {c['inconclusive']} inconclusive. The other rows ran smaller budgets (see each budget "
+        f"note) and are not scored."
+    )
 
 
 def reference_table(ref: dict) -> list[str]:
     """Markdown lines: ours against the reference implementation's own per-seed curves."""
-    lines = ["Ours against the reference implementation's own per-seed curves (Table 3, P, H=10); "
-             f"tests: {ref['test']}.", ""]
-    head = ["method", "seeds (ours / ref)", "final error % (ours / ref)", "Δ 95% CI", "p", "verdict",
-            f"steps to {100 * ref['steps_threshold']:.0f}% (ours / ref)", "Δ 95% CI", "p", "verdict"]
+    lines = [
+        f"Ours against the reference implementation's own per-seed curves (Table 3, P, H=10); tests: {ref['test']}.",
+        "",
+    ]
+    head = [
+        "method",
+        "seeds (ours / ref)",
+        "final error % (ours / ref)",
+        "Δ 95% CI",
+        "p",
+        "verdict",
+        f"steps to {100 * ref['steps_threshold']:.0f}% (ours / ref)",
+        "Δ 95% CI",
+        "p",
+        "verdict",
+    ]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m, d in ref["methods"].items():
         f, s = d["final_test"], d["steps_test"]
         ci = lambda t: "n/a" if t["ci"] is None else f"[{t['ci'][0]:.1f}, {t['ci'][1]:.1f}]"  # noqa: E731
         pv = lambda t: "n/a" if t["p_value"] is None else f"{t['p_value']:.3f}"  # noqa: E731
-        lines.append("| " + " | ".join([
-            m, f"{d['n_ours']} / {d['n_ref']}",
-            f"{d['final_ours']:.1f} ± {_fmt_se(d['final_ours_se'], 'final')} / {d['final_ref']:.1f} ± "
-            f"{_fmt_se(d['final_ref_se'], 'final')}",
-            ci(f), pv(f), f["verdict"] + f" (δ {f['resolution']:.1f})" if "resolution" in f else f["verdict"],
-            f"{d['steps_ours']:.0f} / {d['steps_ref']:.0f}", ci(s), pv(s),
-            s["verdict"] + f" (δ {s['resolution']:.0f})" if "resolution" in s else s["verdict"]]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    m,
+                    f"{d['n_ours']} / {d['n_ref']}",
+                    f"{d['final_ours']:.1f} ± {_fmt_se(d['final_ours_se'], 'final')} / {d['final_ref']:.1f} ± "
+                    f"{_fmt_se(d['final_ref_se'], 'final')}",
+                    ci(f),
+                    pv(f),
+                    f["verdict"] + f" (δ {f['resolution']:.1f})" if "resolution" in f else f["verdict"],
+                    f"{d['steps_ours']:.0f} / {d['steps_ref']:.0f}",
+                    ci(s),
+                    pv(s),
+                    s["verdict"] + f" (δ {s['resolution']:.0f})" if "resolution" in s else s["verdict"],
+                ]
+            )
+            + " |"
+        )
     return lines + [""]
 
 
@@ -150,8 +193,9 @@ def _seedwise_side(d: dict, side: str, key: str) -> str:
     mean, median = d[f"mean_{side}"], d[f"median_{side}"]
     if key == "steps":
         never = d[f"never_{side}"]
-        return (f"median {'never' if median is None else f'{median:.0f}'}, mean {mean:.0f}"
-                + (f" ({never} never: counted at T)" if never else ""))
+        return f"median {'never' if median is None else f'{median:.0f}'}, mean {mean:.0f}" + (
+            f" ({never} never: counted at T)" if never else ""
+        )
     return f"mean {mean:.1f}, median {median:.1f}"
 
 
@@ -160,11 +204,23 @@ def seedwise_table(sw: dict) -> list[str]:
     one row per statistic, the verdict of its rule in each comparison's first row, then what became of the seeds."""
     from .reproduce.seedwise import STATISTICS
 
-    lines = ["Seed by seed (`tpo_core.lab.reproduce.seedwise`): per seed, the late-phase mean error (second half of the run), "
-             "the final error (last 10 episodes), the steps to 10 % error and whether it ever solved (below 5 %); "
-             "permutation test of equal means and two-sided Mann-Whitney rank test for the first three, Fisher's "
-             f"exact test on the never-solved counts. Rule: {sw['rule']}.", ""]
-    head = ["comparison (A vs B)", "seeds A / B", "statistic", "A", "B", "permutation p", "rank p / Fisher p", "verdict"]
+    lines = [
+        "Seed by seed (`tpo_core.lab.reproduce.seedwise`): per seed, the late-phase mean error (second half of the run), "
+        "the final error (last 10 episodes), the steps to 10 % error and whether it ever solved (below 5 %); "
+        "permutation test of equal means and two-sided Mann-Whitney rank test for the first three, Fisher's "
+        f"exact test on the never-solved counts. Rule: {sw['rule']}.",
+        "",
+    ]
+    head = [
+        "comparison (A vs B)",
+        "seeds A / B",
+        "statistic",
+        "A",
+        "B",
+        "permutation p",
+        "rank p / Fisher p",
+        "verdict",
+    ]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, c in sw["comparisons"].items():
         st = c["statistics"]
@@ -177,23 +233,46 @@ def seedwise_table(sw: dict) -> list[str]:
                 a, b = _seedwise_side(d, "a", key), _seedwise_side(d, "b", key)
                 perm, rank = f"{d['perm_p']:.3g}", f"{d['rank_p']:.3g}"
             verdict = f"**{c['verdict']}** ({c['reason']})" if i == 0 else ""
-            cells = [label if i == 0 else "", f"{c['n'][0]} / {c['n'][1]}" if i == 0 else "", STATISTICS[key], a, b,
-                     perm, rank, verdict]
+            cells = [
+                label if i == 0 else "",
+                f"{c['n'][0]} / {c['n'][1]}" if i == 0 else "",
+                STATISTICS[key],
+                a,
+                b,
+                perm,
+                rank,
+                verdict,
+            ]
             lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
     lines.append("")
-    parts = [f"{side} {m}: {o['never_solved']} never solved, {o['relapsed']} of {o['solved']} solved seeds back above "
-             f"50 % later, {o['ends_relapsed']} still at 10 % or more at the end (of {o['n']})"
-             for side, ms in sw.get("outcomes", {}).items() for m, o in ms.items()]
+    parts = [
+        f"{side} {m}: {o['never_solved']} never solved, {o['relapsed']} of {o['solved']} solved seeds back above "
+        f"50 % later, {o['ends_relapsed']} still at 10 % or more at the end (of {o['n']})"
+        for side, ms in sw.get("outcomes", {}).items()
+        for m, o in ms.items()
+    ]
     if parts:
         lines += ["What became of the seeds — " + "; ".join(parts) + ".", ""]
     return lines
 
 
-VERDICT_RULE = [("Verdict rule: the 95% interval of (ours − paper), from our seed SE and the paper's where its seeds "
-                 "are known, must lie inside ±δ to be ", ""), ("consistent", "i"),
-                ("; it is ", ""), ("inconsistent", "i"), (" when it lies entirely outside ±δ; otherwise ", ""),
-                ("inconclusive", "i"), (" (too few seeds for the effect). δ is the effect the comparison must resolve "
-                                        "(Table 3: half the paper's TPO–GRPO gap in that column).", "")]
+VERDICT_RULE = [
+    (
+        "Verdict rule: the 95% interval of (ours − paper), from our seed SE and the paper's where its seeds "
+        "are known, must lie inside ±δ to be ",
+        "",
+    ),
+    ("consistent", "i"),
+    ("; it is ", ""),
+    ("inconsistent", "i"),
+    (" when it lies entirely outside ±δ; otherwise ", ""),
+    ("inconclusive", "i"),
+    (
+        " (too few seeds for the effect). δ is the effect the comparison must resolve "
+        "(Table 3: half the paper's TPO–GRPO gap in that column).",
+        "",
+    ),
+]
 
 
 def blocks(summaries: list[dict], command: str | None = None) -> list[tuple]:
@@ -210,23 +289,67 @@ def blocks(summaries: list[dict], command: str | None = None) -> list[tuple]:
     out += [("p", [(headline(summaries), "")]), ("p", VERDICT_RULE)]
     for s in summaries:
         experiment = experiment_of(s)
-        out += [("h", 2, [(f"{s['title']} — ", ""), (s["preset"], "code"), (", budget ", ""), (s["budget"], "code"),
-                          (_partial_text(s), "")]),
-                ("p", [("Paper's claim.", "b"), (f" {experiment.claim}", "")]),
-                ("p", [("Paper's setting.", "b"), (f" {s['paper_setting']}. ", ""), ("This run.", "b"),
-                       (f" {s['budget_note']}.", "")]),
-                ("p", [("Command.", "b"), (" ", ""), (s["command"], "code"),
-                       (f" — {s.get('train_seconds', 0):.0f} s of training on {s.get('devices', 1)} device(s); "
-                        f"{experiment.notes(s)}.", "")])]
+        out += [
+            (
+                "h",
+                2,
+                [
+                    (f"{s['title']} — ", ""),
+                    (s["preset"], "code"),
+                    (", budget ", ""),
+                    (s["budget"], "code"),
+                    (_partial_text(s), ""),
+                ],
+            ),
+            ("p", [("Paper's claim.", "b"), (f" {experiment.claim}", "")]),
+            (
+                "p",
+                [
+                    ("Paper's setting.", "b"),
+                    (f" {s['paper_setting']}. ", ""),
+                    ("This run.", "b"),
+                    (f" {s['budget_note']}.", ""),
+                ],
+            ),
+            (
+                "p",
+                [
+                    ("Command.", "b"),
+                    (" ", ""),
+                    (s["command"], "code"),
+                    (
+                        f" — {s.get('train_seconds', 0):.0f} s of training on {s.get('devices', 1)} device(s); "
+                        f"{experiment.notes(s)}.",
+                        "",
+                    ),
+                ],
+            ),
+        ]
         if s.get("data_source"):
             out.append(("p", [("Data.", "b"), (f" {s['data_source']}", "")]))
         rows = experiment.rows(s)
-        out.append(("table", HEADER, [row_cells(r) for r in rows],
-                    [r.get("verdict") if r.get("comparable") else None for r in rows]))
+        out.append(
+            (
+                "table",
+                HEADER,
+                [row_cells(r) for r in rows],
+                [r.get("verdict") if r.get("comparable") else None for r in rows],
+            )
+        )
         if "order" in s:
             o = s["order"]
-            out.append(("p", [(f"Order by final error — ours: {' < '.join(o['ours'])}; paper: {' < '.join(o['paper'])} "
-                               f"(Kendall τ over the paper's methods = {o['kendall_tau']:.2f}).", "")]))
+            out.append(
+                (
+                    "p",
+                    [
+                        (
+                            f"Order by final error — ours: {' < '.join(o['ours'])}; paper: {' < '.join(o['paper'])} "
+                            f"(Kendall τ over the paper's methods = {o['kendall_tau']:.2f}).",
+                            "",
+                        )
+                    ],
+                )
+            )
         if "reference" in s:
             out.append(("md", reference_table(s["reference"])))
         if "seedwise" in s:
@@ -262,10 +385,12 @@ def to_html(summaries: list[dict], command: str | None = None) -> str:
     """The same content as :func:`to_markdown` (the same :func:`blocks`) as a standalone HTML page."""
     e = html.escape
     spans = lambda sp: "".join(_HTML[style].format(e(text, quote=False)) for text, style in sp)  # noqa: E731
-    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>TPO reproduction report</title>",
-             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:3px 8px}td.inconsistent{color:#b00;font-weight:bold}</style>"
-             "</head><body>"]
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>TPO reproduction report</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:3px 8px}td.inconsistent{color:#b00;font-weight:bold}</style>"
+        "</head><body>",
+    ]
     for block in blocks(summaries, command):
         if block[0] == "h":
             parts.append(f"<h{block[1]}>{spans(block[2])}</h{block[1]}>")
@@ -275,9 +400,14 @@ def to_html(summaries: list[dict], command: str | None = None) -> str:
             _, header, rows, verdicts = block
             parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
             for cells, verdict in zip(rows, verdicts):
-                parts.append("<tr>" + "".join(
-                    f"<td class='{e(verdict)}'>{e(c)}</td>" if i == 5 and verdict else f"<td>{e(c)}</td>"
-                    for i, c in enumerate(cells)) + "</tr>")
+                parts.append(
+                    "<tr>"
+                    + "".join(
+                        f"<td class='{e(verdict)}'>{e(c)}</td>" if i == 5 and verdict else f"<td>{e(c)}</td>"
+                        for i, c in enumerate(cells)
+                    )
+                    + "</tr>"
+                )
             parts.append("</table>")
         else:
             parts.append("<pre>" + e("\n".join(block[1])) + "</pre>")
@@ -287,6 +417,7 @@ def to_html(summaries: list[dict], command: str | None = None) -> str:
 
 def _cell(v) -> str:
     from .reproduce.stats import paper_text
+
     if isinstance(v, float):
         return f"{v:.1f}"
     return paper_text(v)
@@ -302,21 +433,42 @@ def paper_tables_markdown() -> str:
     title = lambda m: method(m).title  # noqa: E731
     cols3 = [(s, H) for s in "PI" for H in (7, 8, 9, 10)]
     t3 = ["| method | " + " | ".join(f"{s} H{H}" for s, H in cols3) + " |", "|---" * (len(cols3) + 1) + "|"]
-    t3 += [f"| {title(m)} | " + " | ".join(_cell(P.TABLE3[(m, H, s)]) for s, H in cols3) + " |"
-           for m in ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")]
+    t3 += [
+        f"| {title(m)} | " + " | ".join(_cell(P.TABLE3[(m, H, s)]) for s, H in cols3) + " |"
+        for m in ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")
+    ]
     vs = (2, 4, 8, 16)
     t1 = ["| method | " + " | ".join(f"V={v}" for v in vs) + " |", "|---" * (len(vs) + 1) + "|"]
-    t1 += [f"| {title(m)} | " + " | ".join(_cell(P.TABLE1[(m, v)]) for v in vs) + " |"
-           for m in ("tpo_token", "grpo_token", "dg", "ppo")]
+    t1 += [
+        f"| {title(m)} | " + " | ".join(_cell(P.TABLE1[(m, v)]) for v in vs) + " |"
+        for m in ("tpo_token", "grpo_token", "dg", "ppo")
+    ]
     ms = ("tpo_token", "grpo_token", "dg", "ppo")
     t2 = ["| reward | target | " + " | ".join(title(m) for m in ms) + " |", "|---" * (len(ms) + 2) + "|"]
-    t2 += [f"| {r} | {t.replace('_', ' ')} | " + " | ".join(_cell(P.TABLE2[(m, r, t)]) for m in ms) + " |"
-           for r in ("bag", "sequential") for t in ("copy", "flip", "reverse_copy", "reverse_flip")]
+    t2 += [
+        f"| {r} | {t.replace('_', ' ')} | " + " | ".join(_cell(P.TABLE2[(m, r, t)]) for m in ms) + " |"
+        for r in ("bag", "sequential")
+        for t in ("copy", "flip", "reverse_copy", "reverse_flip")
+    ]
     mnist = ", ".join(f"{title(m)} {P.mnist_text(m)}" for m, _ in sorted(P.MNIST.items(), key=lambda kv: kv[1]))
-    return "\n".join([
-        "### The paper's published numbers (Kaddour 2026, *Target Policy Optimization*, §3.3–§3.6 — not produced by this app)",
-        "", "**Table 3** — final exact-match error %, terminal reward, reverse copy, V = 2, K = 8, B = 100, 2000 "
-        "episodes, 20 seeds (P = prompt-matched, I = interaction-matched; \"−\" = above 95 %):", "", *t3, "",
-        "**Table 1** — episodes to 1 % error, dense bag-of-tokens reverse copy, H = 10, K = 8, 20 seeds:", "", *t1, "",
-        "**Table 2** — episodes to 1 %, H = 10, V = 2, K = 8, 10 seeds (\"−\": never within 1000 episodes):", "", *t2,
-        "", f"**MNIST contextual bandit** (§3.3, Fig. 4) — final greedy test error after 10,000 steps, 20 seeds: {mnist}.", ""])
+    return "\n".join(
+        [
+            "### The paper's published numbers (Kaddour 2026, *Target Policy Optimization*, §3.3–§3.6 — not produced by this app)",
+            "",
+            "**Table 3** — final exact-match error %, terminal reward, reverse copy, V = 2, K = 8, B = 100, 2000 "
+            'episodes, 20 seeds (P = prompt-matched, I = interaction-matched; "−" = above 95 %):',
+            "",
+            *t3,
+            "",
+            "**Table 1** — episodes to 1 % error, dense bag-of-tokens reverse copy, H = 10, K = 8, 20 seeds:",
+            "",
+            *t1,
+            "",
+            '**Table 2** — episodes to 1 %, H = 10, V = 2, K = 8, 10 seeds ("−": never within 1000 episodes):',
+            "",
+            *t2,
+            "",
+            f"**MNIST contextual bandit** (§3.3, Fig. 4) — final greedy test error after 10,000 steps, 20 seeds: {mnist}.",
+            "",
+        ]
+    )

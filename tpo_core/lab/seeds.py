@@ -1,6 +1,7 @@
 """The standard error over seeds, in a module of its own that imports nothing of the project: the figures
 (:mod:`tpo_core.lab.figures`, a leaf of the lab) draw their ±1 SE bands with it, and the statistics
 (:mod:`tpo_core.lab.reproduce.stats`), the reports and the LLM experiment use the same formula."""
+
 from __future__ import annotations
 
 import math

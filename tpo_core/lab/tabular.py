@@ -38,6 +38,7 @@ the method's own loss from :mod:`tpo_core.losses` at the rollout snapshot (TPO: 
 ``k`` sampled arms; GRPO: ``grpo_loss``, whose first-epoch gradient is the group-standardised policy
 gradient). All-equal groups (no arm correct, or all correct) contribute nothing.
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,8 +49,8 @@ import jax.numpy as jnp
 from tpo_core import checks
 from tpo_core import losses as L
 
-METHODS = ("ce", "tpo", "grpo", "dg")   # exact population updates
-SAMPLED_METHODS = ("tpo", "grpo")       # updates from k sampled arms per context
+METHODS = ("ce", "tpo", "grpo", "dg")  # exact population updates
+SAMPLED_METHODS = ("tpo", "grpo")  # updates from k sampled arms per context
 
 
 def _check_method(method, allowed=METHODS) -> None:
@@ -140,7 +141,7 @@ def ce_misalignment(logits, method: str, eta: float = 1.0):
     return 1.0 - cos
 
 
-OPTIMIZERS = ("normalised", "adam")   # how an exact update becomes a step of the table
+OPTIMIZERS = ("normalised", "adam")  # how an exact update becomes a step of the table
 
 
 def adam_step(logits, g, state, lr: float, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
@@ -173,8 +174,9 @@ def _run_exact(logits, method, alpha, steps, eta, optimizer, b1, b2, eps):
             new, state = adam_step(z, g, state, alpha, b1, b2, eps)
         else:
             new = normalised_step(z, g, alpha)
-        out = dict(p=correct_prob(z), grad_norm=jnp.linalg.norm(g, axis=-1),
-                   step_norm=jnp.linalg.norm(new - z, axis=-1))
+        out = dict(
+            p=correct_prob(z), grad_norm=jnp.linalg.norm(g, axis=-1), step_norm=jnp.linalg.norm(new - z, axis=-1)
+        )
         return (new, state), out
 
     (z, _), out = jax.lax.scan(step, (logits, adam_init(logits)), None, length=steps)
@@ -182,8 +184,17 @@ def _run_exact(logits, method, alpha, steps, eta, optimizer, b1, b2, eps):
     return out
 
 
-def trace_exact(logits, method: str, alpha: float = 0.1, steps: int = 1000, eta: float = 1.0,
-                optimizer: str = "normalised", b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> dict:
+def trace_exact(
+    logits,
+    method: str,
+    alpha: float = 0.1,
+    steps: int = 1000,
+    eta: float = 1.0,
+    optimizer: str = "normalised",
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+) -> dict:
     """``steps`` exact updates from ``logits`` [C, A], each turned into a step by ``optimizer``:
     ``"normalised"`` (:func:`normalised_step`, length ``alpha``) or ``"adam"`` (:func:`adam_step`, learning
     rate ``alpha``, moments ``b1``, ``b2``). Returns {"p": [steps + 1, C] p before each step and after the last
@@ -202,8 +213,17 @@ def trace_exact(logits, method: str, alpha: float = 0.1, steps: int = 1000, eta:
     return dict(out)
 
 
-def run_exact(logits, method: str, alpha: float = 0.1, steps: int = 1000, eta: float = 1.0,
-              optimizer: str = "normalised", b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
+def run_exact(
+    logits,
+    method: str,
+    alpha: float = 0.1,
+    steps: int = 1000,
+    eta: float = 1.0,
+    optimizer: str = "normalised",
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+):
     """``steps`` exact updates from ``logits`` [C, A] (normalised steps of length ``alpha`` by default, or
     Adam with learning rate ``alpha``: see :func:`trace_exact`); returns p before each step and after the
     last, [steps + 1, C] (row 0 is the initial table)."""
@@ -222,16 +242,16 @@ def steps_to(p_history, threshold: float = 0.99):
 
 def _arms_from_uniform(u, logits):
     """Inverse-CDF sampling: u [C, k] uniform on [0, 1) -> arms [C, k] drawn from softmax(logits [C, A])."""
-    cdf = jnp.cumsum(jax.nn.softmax(logits, -1), -1)                                        # [C, A]
+    cdf = jnp.cumsum(jax.nn.softmax(logits, -1), -1)  # [C, A]
     return jnp.minimum((u[..., None] >= cdf[:, None, :]).sum(-1), logits.shape[-1] - 1)
 
 
 def _update_from_arms(arms, logits, method, eta):
-    scores = (arms == 0).astype(jnp.float32)                                                # [C, k]
-    picked = jax.nn.one_hot(arms, logits.shape[-1])                                         # [C, k, A]
+    scores = (arms == 0).astype(jnp.float32)  # [C, k]
+    picked = jax.nn.one_hot(arms, logits.shape[-1])  # [C, k, A]
 
     def group_logp(z):  # log π_c(a_i) of the sampled arms (a one-hot contraction: cheap to differentiate)
-        return jnp.einsum("cka,ca->ck", picked, jax.nn.log_softmax(z, -1))                  # [C, k]
+        return jnp.einsum("cka,ca->ck", picked, jax.nn.log_softmax(z, -1))  # [C, k]
 
     logp_old = jax.lax.stop_gradient(group_logp(logits))
     if method == "tpo":
@@ -264,11 +284,13 @@ def _run_sampled(keys, logits, methods, alpha, steps, k, eta):
         # All draws up front, from an RBG stream seeded by ``key`` (XLA compiles threefry over a large shape
         # slowly, its RngBitGenerator quickly); every method of the run sees the same draws.
         stream = jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl="rbg")
-        uniforms = jax.random.uniform(stream, (steps, logits.shape[0], k))                 # [steps, C, k]
+        uniforms = jax.random.uniform(stream, (steps, logits.shape[0], k))  # [steps, C, k]
 
         def step(tables, u):
-            new = tuple(normalised_step(z, _update_from_arms(_arms_from_uniform(u, z), z, m, eta), alpha)
-                        for z, m in zip(tables, methods))
+            new = tuple(
+                normalised_step(z, _update_from_arms(_arms_from_uniform(u, z), z, m, eta), alpha)
+                for z, m in zip(tables, methods)
+            )
             return new, tuple(correct_prob(z) for z in tables)
 
         tables, p = jax.lax.scan(step, (logits,) * len(methods), uniforms)
@@ -277,8 +299,9 @@ def _run_sampled(keys, logits, methods, alpha, steps, k, eta):
     return jax.vmap(one_seed)(keys)
 
 
-def run_sampled(keys, logits, methods=SAMPLED_METHODS, k: int = 8, alpha: float = 0.1, steps: int = 1000,
-                eta: float = 1.0) -> dict:
+def run_sampled(
+    keys, logits, methods=SAMPLED_METHODS, k: int = 8, alpha: float = 0.1, steps: int = 1000, eta: float = 1.0
+) -> dict:
     """Like :func:`run_exact`, with the update of :func:`sampled_update` from ``k`` fresh arms per context at
     every step, for every seed in ``keys`` [S] (vmapped) and every method in ``methods`` (one compiled
     program; all methods see the same uniform draws of a seed, turned into arms by each one's own policy). Returns {method: p [S, steps + 1, C]}."""

@@ -17,6 +17,7 @@ instead runs one short training through the same engine and shows the same figur
 line saying that the cell is live in Jupyter and Colab. In Colab the custom-widget manager is switched on first
 (plotly's ``FigureWidget`` is an anywidget, a third-party widget).
 """
+
 from __future__ import annotations
 
 import html
@@ -34,7 +35,7 @@ from . import figures, live
 DEFAULTS = dict(task=TOKEN_REVERSAL, methods=("tpo", "grpo"), reward="terminal", H=4, B=32, K=8, eta=1.0,
                 episodes=200, n_seeds=1, seed=0, bandit_steps=1000)
 FIGURES = ("error", "grad", "pq")
-UIREVISION = "tpo-live"   # plotly keeps the reader's zoom and legend clicks across the per-chunk redraws
+UIREVISION = "tpo-live"  # plotly keeps the reader's zoom and legend clicks across the per-chunk redraws
 TEMPLATE = "plotly_white"  # the book's and the demo's (tpo_core.lab.figures.setup), without changing plotly's default
 
 
@@ -74,7 +75,8 @@ def sync_figure(target, fig) -> None:
     Call it once ``target`` is displayed: plotly's widget drops what it is sent before it has a view, so a
     FigureWidget starts from its constructor's figure."""
     same = len(target.data) == len(fig.data) and all(
-        a.type == b.type and a.name == b.name for a, b in zip(target.data, fig.data))
+        a.type == b.type and a.name == b.name for a, b in zip(target.data, fig.data)
+    )
     layout = fig.layout.to_plotly_json()
     layout["uirevision"] = UIREVISION
     layout.setdefault("annotations", [])
@@ -115,8 +117,9 @@ def placeholder(title: str, note: str):
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    fig.update_layout(title=title, height=300, margin=dict(l=50, r=20, t=50, b=40), template=TEMPLATE,
-                      uirevision=UIREVISION)
+    fig.update_layout(
+        title=title, height=300, margin=dict(l=50, r=20, t=50, b=40), template=TEMPLATE, uirevision=UIREVISION
+    )
     fig.add_annotation(text=note, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
     return fig
 
@@ -133,8 +136,9 @@ class LiveTraining:
     def __init__(self, snapshot: dict | None = None, **values):
         unknown = sorted(set(values) - set(DEFAULTS))
         if unknown:
-            raise ValueError(f"LiveTraining: unknown control(s) {', '.join(unknown)}; "
-                             f"the controls are {', '.join(DEFAULTS)}")
+            raise ValueError(
+                f"LiveTraining: unknown control(s) {', '.join(unknown)}; the controls are {', '.join(DEFAULTS)}"
+            )
         unknown = sorted(set(snapshot or {}) - set(DEFAULTS))
         if unknown:
             raise ValueError(f"snapshot: unknown control(s) {', '.join(unknown)}")
@@ -142,12 +146,12 @@ class LiveTraining:
         self.snapshot_values = dict(snapshot or {})
         self.history = None
         self.on_update = None
-        self.updates = 0               # redraws since the last Train
+        self.updates = 0  # redraws since the last Train
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._widget = None
-        self._showing_episode = None   # set while the code (not the reader) moves the episode slider
+        self._showing_episode = None  # set while the code (not the reader) moves the episode slider
 
     # ---------------------------------------------------------------------------------------- the widget
     @property
@@ -178,19 +182,23 @@ class LiveTraining:
         chosen = d["methods"] if not isinstance(d["methods"], str) else [d["methods"]]
         chosen = tuple(m for m in chosen if m in dict((v, v) for _, v in options))
         c = self._controls = dict(
-            task=W.Dropdown(options=list(live.TASKS), value=task, description="task", style=style,
-                            layout=small("240px")),
-            methods=W.SelectMultiple(options=options, value=chosen, rows=5, description="methods",
-                                     style=style, layout=small("300px")),
-            reward=W.Dropdown(options=list(live.REWARDS), value=d["reward"], description="reward",
-                              style=style, layout=small("200px")),
+            task=W.Dropdown(
+                options=list(live.TASKS), value=task, description="task", style=style, layout=small("240px")
+            ),
+            methods=W.SelectMultiple(
+                options=options, value=chosen, rows=5, description="methods", style=style, layout=small("300px")
+            ),
+            reward=W.Dropdown(
+                options=list(live.REWARDS), value=d["reward"], description="reward", style=style, layout=small("200px")
+            ),
             H=W.IntText(value=d["H"], description="H", style=style, layout=small("110px")),
             B=W.IntText(value=d["B"], description="B", style=style, layout=small("110px")),
             K=W.IntText(value=d["K"], description="K", style=style, layout=small("110px")),
             eta=W.FloatText(value=d["eta"], description="η", style=style, layout=small("120px")),
             episodes=W.IntText(value=d["episodes"], description="episodes", style=style, layout=small("160px")),
-            bandit_steps=W.IntText(value=d["bandit_steps"], description="MNIST steps", style=style,
-                                   layout=small("180px")),
+            bandit_steps=W.IntText(
+                value=d["bandit_steps"], description="MNIST steps", style=style, layout=small("180px")
+            ),
             n_seeds=W.IntText(value=d["n_seeds"], description="seeds", style=style, layout=small("120px")),
             seed=W.IntText(value=d["seed"], description="first seed", style=style, layout=small("150px")),
         )
@@ -200,8 +208,16 @@ class LiveTraining:
         self.stop_button.on_click(lambda _: self.stop())
         self.status = W.HTML("Press <b>Train</b>.")
         self.message = W.HTML("")
-        self.episode = W.IntSlider(value=0, min=0, max=0, description="tracked group at episode", style=style,
-                                   layout=small("420px"), disabled=True, continuous_update=False)
+        self.episode = W.IntSlider(
+            value=0,
+            min=0,
+            max=0,
+            description="tracked group at episode",
+            style=style,
+            layout=small("420px"),
+            disabled=True,
+            continuous_update=False,
+        )
         self.episode.observe(self._on_episode, names="value")
         c["task"].observe(self._on_task, names="value")
         titles = {"error": "error", "grad": "‖∇L‖ and the step ‖Δθ‖", "pq": "tracked group: p before each epoch → q"}
@@ -211,23 +227,33 @@ class LiveTraining:
         token_row = W.HBox([c["reward"], c["H"], c["K"], c["B"], c["episodes"]])
         self._token_only = [c["reward"], c["H"], c["K"], c["B"], c["episodes"]]
         self._bandit_only = [c["bandit_steps"]]
-        controls = W.VBox([
-            W.HBox([c["task"], c["methods"]]),
-            token_row,
-            W.HBox([c["eta"], c["bandit_steps"], c["n_seeds"], c["seed"]]),
-            W.HBox([self.train_button, self.stop_button]),
-            self.message, self.status,
-        ])
-        plots = W.VBox([
-            W.HBox([self.figures["error"], self.figures["grad"]], layout=W.Layout(flex_flow="row wrap")),
-            self.episode, self.figures["pq"]])
+        controls = W.VBox(
+            [
+                W.HBox([c["task"], c["methods"]]),
+                token_row,
+                W.HBox([c["eta"], c["bandit_steps"], c["n_seeds"], c["seed"]]),
+                W.HBox([self.train_button, self.stop_button]),
+                self.message,
+                self.status,
+            ]
+        )
+        plots = W.VBox(
+            [
+                W.HBox([self.figures["error"], self.figures["grad"]], layout=W.Layout(flex_flow="row wrap")),
+                self.episode,
+                self.figures["pq"],
+            ]
+        )
         self._widget = W.VBox([controls, plots])
         self._on_task({"new": task})
 
     @staticmethod
     def _figure(name, hist, episode=None):
-        fig = {"error": live.error_figure, "grad": live.grad_figure}[name](hist) if name != "pq" else \
-            live.pq_figure(hist, episode)
+        fig = (
+            {"error": live.error_figure, "grad": live.grad_figure}[name](hist)
+            if name != "pq"
+            else live.pq_figure(hist, episode)
+        )
         fig.update_layout(template=TEMPLATE)
         if name != "pq":
             fig.update_layout(width=480)
@@ -315,7 +341,7 @@ class LiveTraining:
         try:
             for hist in gen:
                 self._show(hist, backend)
-                if self._stop.is_set():   # between chunks: the next one is never started
+                if self._stop.is_set():  # between chunks: the next one is never started
                     stopped = True
                     break
         except Exception as e:  # shown in the widget, not as a traceback

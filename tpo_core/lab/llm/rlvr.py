@@ -31,6 +31,7 @@ curves existed hold NaN-free files without them; the config is unchanged, so the
 
     python -m tpo_core.lab.llm.rlvr --task graph_coloring --budget smoke --out results/llm_smoke
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,58 +50,123 @@ import numpy as np
 from .. import atomic_io
 from ..reproduce import experiments
 
-__all__ = ["Budget", "BUDGETS", "METHODS", "CURVES", "PRESETS", "run_rlvr", "run_preset", "summary_rows", "prediction_check",
-           "measure_starting_success", "load_runs", "figure", "figure_html", "tiny_model_and_tokenizer", "main",
-           "EXPERIMENTS", "RlvrExperiment", "paper_claim"]
+__all__ = [
+    "Budget",
+    "BUDGETS",
+    "METHODS",
+    "CURVES",
+    "PRESETS",
+    "run_rlvr",
+    "run_preset",
+    "summary_rows",
+    "prediction_check",
+    "measure_starting_success",
+    "load_runs",
+    "figure",
+    "figure_html",
+    "tiny_model_and_tokenizer",
+    "main",
+    "EXPERIMENTS",
+    "RlvrExperiment",
+    "paper_claim",
+]
 
 METHODS = ("tpo", "grpo", "tpo_mean")
 _SPREADS = tuple(f"{x}_{s}" for x in ("logp_sum", "logp_mean", "length") for s in ("std", "range"))
-CURVES = ("reward", "reward_std", "zero_variance_frac", "entropy", "completion_length", "tv", "entropy_q",
-          "entropy_p_old", "abs_advantage", "loss", "grad_norm", *_SPREADS)
-_LOG_KEYS = {"reward": "reward", "reward_std": "reward_std", "zero_variance_frac": "frac_reward_zero_std",
-             "entropy": "entropy", "completion_length": "completions/mean_length", "tv": "tpo/tv",
-             "entropy_q": "tpo/entropy_q", "entropy_p_old": "tpo/entropy_p_old",
-             "abs_advantage": "grpo/abs_advantage", "loss": "loss", "grad_norm": "grad_norm",
-             **{name: f"tpo/{name}" for name in _SPREADS}}
+CURVES = (
+    "reward",
+    "reward_std",
+    "zero_variance_frac",
+    "entropy",
+    "completion_length",
+    "tv",
+    "entropy_q",
+    "entropy_p_old",
+    "abs_advantage",
+    "loss",
+    "grad_norm",
+    *_SPREADS,
+)
+_LOG_KEYS = {
+    "reward": "reward",
+    "reward_std": "reward_std",
+    "zero_variance_frac": "frac_reward_zero_std",
+    "entropy": "entropy",
+    "completion_length": "completions/mean_length",
+    "tv": "tpo/tv",
+    "entropy_q": "tpo/entropy_q",
+    "entropy_p_old": "tpo/entropy_p_old",
+    "abs_advantage": "grpo/abs_advantage",
+    "loss": "loss",
+    "grad_norm": "grad_norm",
+    **{name: f"tpo/{name}" for name in _SPREADS},
+}
 
 
 @dataclass(frozen=True)
 class Budget:
-    model: str                    # "tiny" (random, word-level tokenizer) or "smollm2"
-    steps: int                    # optimizer steps (one generation each)
-    prompts_per_step: int         # prompts per generation; completions per step = prompts_per_step * k
-    k: int                        # completions per prompt (the group)
+    model: str  # "tiny" (random, word-level tokenizer) or "smollm2"
+    steps: int  # optimizer steps (one generation each)
+    prompts_per_step: int  # prompts per generation; completions per step = prompts_per_step * k
+    k: int  # completions per prompt (the group)
     max_completion_length: int
-    n_prompts: int                # size of the prompt pool (data seed fixed)
+    n_prompts: int  # size of the prompt pool (data seed fixed)
     seeds: tuple = (0,)
     learning_rate: float = 1e-6
-    answer_format: str = "lenient"   # see tasks.extract_answer: "tags" (Reasoning Gym's), "lenient", "raw"
+    answer_format: str = "lenient"  # see tasks.extract_answer: "tags" (Reasoning Gym's), "lenient", "raw"
     note: str = ""
 
 
 BUDGETS = {
-    "smoke": Budget("tiny", steps=2, prompts_per_step=4, k=8, max_completion_length=6, n_prompts=8, seeds=(0,),
-                    learning_rate=5e-3, answer_format="raw",
-                    note="tiny random Llama, word-level tokenizer: seconds; tests only"),
-    "cpu": Budget("smollm2", steps=20, prompts_per_step=1, k=16, max_completion_length=32, n_prompts=64,
-                  seeds=(0, 1, 2), learning_rate=1e-5,
-                  note="SmolLM2-135M on a CPU, completions of ≤ 32 tokens, one (method, seed) per core; the "
-                       "seconds each took are in the committed summary (results/<preset>_cpu/summary.json)"),
-    "gpu": Budget("smollm2", steps=60, prompts_per_step=4, k=16, max_completion_length=128, n_prompts=256,
-                  seeds=(0, 1, 2), learning_rate=1e-5,
-                  note="SmolLM2-135M on one GPU (a free Colab T4, fp32, no vLLM), completions of ≤ 128 tokens; "
-                       "not measured (no GPU run is committed)"),
+    "smoke": Budget(
+        "tiny",
+        steps=2,
+        prompts_per_step=4,
+        k=8,
+        max_completion_length=6,
+        n_prompts=8,
+        seeds=(0,),
+        learning_rate=5e-3,
+        answer_format="raw",
+        note="tiny random Llama, word-level tokenizer: seconds; tests only",
+    ),
+    "cpu": Budget(
+        "smollm2",
+        steps=20,
+        prompts_per_step=1,
+        k=16,
+        max_completion_length=32,
+        n_prompts=64,
+        seeds=(0, 1, 2),
+        learning_rate=1e-5,
+        note="SmolLM2-135M on a CPU, completions of ≤ 32 tokens, one (method, seed) per core; the "
+        "seconds each took are in the committed summary (results/<preset>_cpu/summary.json)",
+    ),
+    "gpu": Budget(
+        "smollm2",
+        steps=60,
+        prompts_per_step=4,
+        k=16,
+        max_completion_length=128,
+        n_prompts=256,
+        seeds=(0, 1, 2),
+        learning_rate=1e-5,
+        note="SmolLM2-135M on one GPU (a free Colab T4, fp32, no vLLM), completions of ≤ 128 tokens; "
+        "not measured (no GPU run is committed)",
+    ),
 }
 
 # ``python -m tpo_core reproduce <name> --budget smoke|cpu|gpu``: the paper's Reasoning Gym tasks (§3.8) at
 # the setting this model is trained on (tasks.TASKS[...].default). TPO (summed log-probs) and GRPO by default.
 PRESETS = {"llm_graph_coloring": "graph_coloring", "llm_knights_knaves": "knights_knaves"}
 PRESET_METHODS = ("tpo", "grpo")
-SUMMARY_METRICS = {"start_reward": "mean reward at step 1 (the starting policy)",
-                   "final_reward": "mean reward, last fifth of the steps"}
+SUMMARY_METRICS = {
+    "start_reward": "mean reward at step 1 (the starting policy)",
+    "final_reward": "mean reward, last fifth of the steps",
+}
 
-_TINY_WORDS = [str(i) for i in range(60)]          # + 4 specials = 64 tokens: numbers only, so the raw
-                                                   # completion is a list of numbers the verifier can read
+_TINY_WORDS = [str(i) for i in range(60)]  # + 4 specials = 64 tokens: numbers only, so the raw
+# completion is a list of numbers the verifier can read
 
 
 def tiny_model_and_tokenizer(seed: int = 0):
@@ -112,12 +178,27 @@ def tiny_model_and_tokenizer(seed: int = 0):
     vocab = {"[PAD]": 0, "[BOS]": 1, "[EOS]": 2, "[UNK]": 3, **{w: i + 4 for i, w in enumerate(_TINY_WORDS)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", bos_token="[BOS]",
-                                                     eos_token="[EOS]", unk_token="[UNK]", padding_side="left")
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        bos_token="[BOS]",
+        eos_token="[EOS]",
+        unk_token="[UNK]",
+        padding_side="left",
+    )
     torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                                   pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     return transformers.LlamaForCausalLM(cfg), tokenizer
 
 
@@ -146,7 +227,9 @@ class _Recorder:
         from .tasks import completion_text
 
         scores = self.reward(completions, **kwargs)
-        batch = [{"completion": completion_text(c), "reward": float(s)} for c, s in zip(completions, scores)][:self.keep]
+        batch = [{"completion": completion_text(c), "reward": float(s)} for c, s in zip(completions, scores)][
+            : self.keep
+        ]
         if self.first is None:
             self.first = batch
         self.last = batch
@@ -173,10 +256,15 @@ def _partial_curves_callback():
             curves = _curves(state.log_history)
             atomic_io.write_npz(self.path, **curves)
             if not self.quiet and len(curves["step"]) and logs and "loss" in logs:
-                own = ("tv", curves["tv"][-1]) if np.isfinite(curves["tv"][-1]) else ("|A|", curves["abs_advantage"][-1])
-                print(f"tpo_core.lab.llm.rlvr: {self.label} step {len(curves['step'])}/{args.max_steps}: reward "
-                      f"{curves['reward'][-1]:.4f}, zero-variance groups {curves['zero_variance_frac'][-1]:.2f}, "
-                      f"{own[0]} {own[1]:.3f} ({time.perf_counter() - self.start:.0f} s)", flush=True)
+                own = (
+                    ("tv", curves["tv"][-1]) if np.isfinite(curves["tv"][-1]) else ("|A|", curves["abs_advantage"][-1])
+                )
+                print(
+                    f"tpo_core.lab.llm.rlvr: {self.label} step {len(curves['step'])}/{args.max_steps}: reward "
+                    f"{curves['reward'][-1]:.4f}, zero-variance groups {curves['zero_variance_frac'][-1]:.2f}, "
+                    f"{own[0]} {own[1]:.3f} ({time.perf_counter() - self.start:.0f} s)",
+                    flush=True,
+                )
 
     return PartialCurves
 
@@ -192,15 +280,26 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
     from .tasks import train_prompts
 
     start = time.perf_counter()
-    dataset, reward = train_prompts(task, budget.n_prompts, seed=0, setting=setting,      # same prompts for all
-                                    answer_format=budget.answer_format)
+    dataset, reward = train_prompts(
+        task,
+        budget.n_prompts,
+        seed=0,
+        setting=setting,  # same prompts for all
+        answer_format=budget.answer_format,
+    )
     if budget.model == "tiny":
         model, tokenizer = tiny_model_and_tokenizer(seed)
         # the tiny model has no chat template: the prompt is the puzzle's numbers only (word-level vocabulary)
         words = set(_TINY_WORDS)
-        dataset = Dataset.from_dict({"prompt": [" ".join([w for w in e["question"].replace(".", " ").split()
-                                                          if w in words][:8] or ["0"]) for e in reward.entries],
-                                     "entry_index": list(range(len(reward.entries)))})
+        dataset = Dataset.from_dict(
+            {
+                "prompt": [
+                    " ".join([w for w in e["question"].replace(".", " ").split() if w in words][:8] or ["0"])
+                    for e in reward.entries
+                ],
+                "entry_index": list(range(len(reward.entries))),
+            }
+        )
         model_line = "tiny random Llama (2 layers, d=32, vocabulary 64)"
     else:
         from .model import load_smollm2
@@ -208,22 +307,50 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
         loaded = load_smollm2(model_path, quiet=quiet)
         model, tokenizer, model_line = loaded.model, loaded.tokenizer, loaded.message
     reward_fn = _Recorder(reward)
-    scratch = tempfile.mkdtemp(prefix=f"tpo_llm_{method}_seed{seed}_")      # the Trainer's output_dir (saves nothing)
-    common = dict(output_dir=scratch, per_device_train_batch_size=budget.prompts_per_step * budget.k,
-                  gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,
-                  num_generations=budget.k, max_completion_length=budget.max_completion_length, max_steps=steps,
-                  learning_rate=budget.learning_rate, lr_scheduler_type="constant", beta=0.0, temperature=1.0,
-                  top_p=1.0, top_k=0, logging_steps=1, report_to=[], save_strategy="no", use_cpu=not torch.cuda.is_available(),
-                  bf16=False, seed=seed, data_seed=seed, dataloader_num_workers=0, disable_tqdm=True)
+    scratch = tempfile.mkdtemp(prefix=f"tpo_llm_{method}_seed{seed}_")  # the Trainer's output_dir (saves nothing)
+    common = dict(
+        output_dir=scratch,
+        per_device_train_batch_size=budget.prompts_per_step * budget.k,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_iterations=1,
+        num_generations=budget.k,
+        max_completion_length=budget.max_completion_length,
+        max_steps=steps,
+        learning_rate=budget.learning_rate,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=not torch.cuda.is_available(),
+        bf16=False,
+        seed=seed,
+        data_seed=seed,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
     if method == "grpo":
         args, trainer_cls = GRPOConfig(**common), _grpo_trainer_class()
     else:
-        args = TargetPOConfig(**common, eta=1.0, sequence_logp="mean" if method == "tpo_mean" else "sum", tpo_mode="exact")
+        args = TargetPOConfig(
+            **common, eta=1.0, sequence_logp="mean" if method == "tpo_mean" else "sum", tpo_mode="exact"
+        )
         trainer_cls = TargetPOTrainer
-    trainer = trainer_cls(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset, processing_class=tokenizer,
-                          callbacks=[_partial_curves_callback()(out / f"{method}_seed{seed}.partial.npz",
-                                                                f"{method} seed {seed}", quiet)])
-    trainer.remove_callback(PrinterCallback)                 # the Trainer's raw log dicts; the line above replaces them
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=reward_fn,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[
+            _partial_curves_callback()(out / f"{method}_seed{seed}.partial.npz", f"{method} seed {seed}", quiet)
+        ],
+    )
+    trainer.remove_callback(PrinterCallback)  # the Trainer's raw log dicts; the line above replaces them
     before = [p.detach().clone() for p in model.parameters()]
     try:
         trainer.train()
@@ -233,8 +360,16 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
     curves = _curves(trainer.state.log_history)
     logs = curves["step"]
     seconds = time.perf_counter() - start
-    meta = {"method": method, "seed": seed, "model": atomic_io.without_home(model_line), "seconds": seconds, "steps": len(logs),
-            "max_parameter_change": moved, "samples_first_step": reward_fn.first, "samples_last_step": reward_fn.last}
+    meta = {
+        "method": method,
+        "seed": seed,
+        "model": atomic_io.without_home(model_line),
+        "seconds": seconds,
+        "steps": len(logs),
+        "max_parameter_change": moved,
+        "samples_first_step": reward_fn.first,
+        "samples_last_step": reward_fn.last,
+    }
     if hasattr(trainer, "completion_records"):
         records = trainer.completion_records()
         meta |= {"completions_first_step": records["first"], "completions_last_step": records["last"]}
@@ -246,15 +381,35 @@ def _config(task, setting, budget, steps):
 
     # what one (method, seed) run trains: the budget without its default seed list and its note
     trained = {k: v for k, v in dataclasses.asdict(budget).items() if k not in ("seeds", "note")}
-    config = {"task": task, "setting": setting or TASKS[task].default,
-              "budget": trained | {"steps": steps},
-              "eta": 1.0, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "beta": 0.0, "data_seed": 0}
-    return json.loads(json.dumps(config))                  # as it reads back from the file (tuples -> lists)
+    config = {
+        "task": task,
+        "setting": setting or TASKS[task].default,
+        "budget": trained | {"steps": steps},
+        "eta": 1.0,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "beta": 0.0,
+        "data_seed": 0,
+    }
+    return json.loads(json.dumps(config))  # as it reads back from the file (tuples -> lists)
 
 
-def run_rlvr(task: str = "graph_coloring", budget: str = "smoke", out=None, *, methods=("tpo", "grpo"),
-             seeds=None, setting: str | None = None, steps: int | None = None, model_path=None,
-             quiet: bool = False, train: bool = True, preset: str | None = None, command: str | None = None) -> dict:
+def run_rlvr(
+    task: str = "graph_coloring",
+    budget: str = "smoke",
+    out=None,
+    *,
+    methods=("tpo", "grpo"),
+    seeds=None,
+    setting: str | None = None,
+    steps: int | None = None,
+    model_path=None,
+    quiet: bool = False,
+    train: bool = True,
+    preset: str | None = None,
+    command: str | None = None,
+) -> dict:
     """Train every (method, seed) not already in ``out`` and return the summary (also ``out/summary.json``).
 
     ``train=False`` trains nothing: the summary of the runs finished so far (another process may still be
@@ -295,29 +450,42 @@ def run_rlvr(task: str = "graph_coloring", budget: str = "smoke", out=None, *, m
                     continue
             curves, meta = _run_one(method, seed, task, setting, b, steps, out, model_path, quiet)
             meta["config"] = config
-            meta["final_reward"] = float(np.nanmean(curves["reward"][-max(1, len(curves["reward"]) // 5):]))
+            meta["final_reward"] = float(np.nanmean(curves["reward"][-max(1, len(curves["reward"]) // 5) :]))
             atomic_io.write_npz(stem.with_suffix(".npz"), **curves)
             atomic_io.write_json(meta_path, meta)
             stem.with_suffix(".partial.npz").unlink(missing_ok=True)
             if not quiet:
-                print(f"tpo_core.lab.llm.rlvr: {method} seed {seed}: {meta['steps']} steps in {meta['seconds']:.0f} s, "
-                      f"reward {curves['reward'][0]:.3f} -> {curves['reward'][-1]:.3f}", flush=True)
+                print(
+                    f"tpo_core.lab.llm.rlvr: {method} seed {seed}: {meta['steps']} steps in {meta['seconds']:.0f} s, "
+                    f"reward {curves['reward'][0]:.3f} -> {curves['reward'][-1]:.3f}",
+                    flush=True,
+                )
             runs.append(meta)
     # every finished run in ``out`` with this config (another process may have run other methods or seeds)
     for path in sorted(out.glob("*_seed*.json")):
         meta = json.loads(path.read_text())
-        if meta.get("config") == config and (meta["method"], meta["seed"]) not in {(r["method"], r["seed"]) for r in runs}:
+        if meta.get("config") == config and (meta["method"], meta["seed"]) not in {
+            (r["method"], r["seed"]) for r in runs
+        }:
             runs.append(meta)
     runs.sort(key=lambda r: (METHODS.index(r["method"]), r["seed"]))
-    summary = {"config": config, "methods": sorted({r["method"] for r in runs}), "seeds": sorted({r["seed"] for r in runs}),
-               "budget_note": b.note,
-               "runs": [{k: r[k] for k in ("method", "seed", "seconds", "steps", "final_reward", "max_parameter_change")}
-                        for r in runs]}
+    summary = {
+        "config": config,
+        "methods": sorted({r["method"] for r in runs}),
+        "seeds": sorted({r["seed"] for r in runs}),
+        "budget_note": b.note,
+        "runs": [
+            {k: r[k] for k in ("method", "seed", "seconds", "steps", "final_reward", "max_parameter_change")}
+            for r in runs
+        ],
+    }
     partial = any((m, s) not in {(r["method"], r["seed"]) for r in runs} for m in methods for s in seeds)
     if not train and not runs:
-        raise ValueError(f"out={str(out)!r} holds no finished run of {task} at budget {budget!r} (nothing to summarise)")
+        raise ValueError(
+            f"out={str(out)!r} holds no finished run of {task} at budget {budget!r} (nothing to summarise)"
+        )
     summary |= _report_fields(task, budget, config, out, runs, preset, command)
-    if partial:                                  # ``train=False`` while some (method, seed) is still running
+    if partial:  # ``train=False`` while some (method, seed) is still running
         summary["partial"] = True
     atomic_io.write_json(out / "summary.json", summary)
     atomic_io.write_text(out / "figure.html", figure_html(out))
@@ -341,10 +509,20 @@ def summary_rows(out, runs) -> list[dict]:
                     with np.load(out / f"{method}_seed{r['seed']}.npz") as f:
                         values.append(float(f["reward"][0]))
             se = seed_se(values)
-            rows.append({"key": method, "metric": metric, "ours": float(np.mean(values)),
-                         "se": None if not np.isfinite(se) else se, "seeds": sorted(r["seed"] for r in mine),
-                         "length": min(r["steps"] for r in mine), "comparable": False, "paper": None,
-                         "paper_text": "no paper number at this setting", "verdict": None})
+            rows.append(
+                {
+                    "key": method,
+                    "metric": metric,
+                    "ours": float(np.mean(values)),
+                    "se": None if not np.isfinite(se) else se,
+                    "seeds": sorted(r["seed"] for r in mine),
+                    "length": min(r["steps"] for r in mine),
+                    "comparable": False,
+                    "paper": None,
+                    "paper_text": "no paper number at this setting",
+                    "verdict": None,
+                }
+            )
     return rows
 
 
@@ -371,10 +549,15 @@ def prediction_check(out, *, tv_threshold: float = 0.3, margin: float = 0.1, fal
     median_tv = float(np.median(tvs)) if tvs else float("nan")
     done = len(seeds) >= 3
     need = math.ceil(2 * len(seeds) / 3)
-    return {"seeds": seeds, "tpo_mean_final": [mean[s] for s in seeds], "grpo_final": [grpo[s] for s in seeds],
-            "median_tv": median_tv, "keeps_up": [keeps_up[s] for s in seeds],
-            "held": (median_tv >= tv_threshold and sum(keeps_up.values()) >= need) if done else None,
-            "falsified": (sum(mean[s] < falsify_below for s in seeds) >= need) if done else None}
+    return {
+        "seeds": seeds,
+        "tpo_mean_final": [mean[s] for s in seeds],
+        "grpo_final": [grpo[s] for s in seeds],
+        "median_tv": median_tv,
+        "keeps_up": [keeps_up[s] for s in seeds],
+        "held": (median_tv >= tv_threshold and sum(keeps_up.values()) >= need) if done else None,
+        "falsified": (sum(mean[s] < falsify_below for s in seeds) >= need) if done else None,
+    }
 
 
 def _report_fields(task, budget, config, out, runs, preset, command) -> dict:
@@ -382,15 +565,23 @@ def _report_fields(task, budget, config, out, runs, preset, command) -> dict:
 
     setup = P.LLM_SETUP
     preset = preset or next((name for name, t in PRESETS.items() if t == task), f"llm_{task}")
-    return {"preset": preset, "budget": budget, "kind": "llm",
-            "title": f"LLM RLVR in miniature: TPO vs GRPO on Reasoning Gym {task} ({config['setting']})",
-            "claim": paper_claim(task),
-            "paper_setting": (f"verl, Qwen3-1.7B and DeepSeek-R1-Distill-Qwen-1.5B, AdamW {setup['lr']:g}, {setup['batch_prompts']} "
-                              f"prompts x K = {setup['K']} per step; this repository runs "
-                              f"SmolLM2-135M-Instruct through TRL"),
-            "command": command or f"python -m tpo_core.lab.llm.rlvr --task {task} --budget {budget} --out {out}",
-            "metrics": list(SUMMARY_METRICS), "train_seconds": float(sum(r["seconds"] for r in runs)), "devices": 1,
-            "rows": summary_rows(out, runs) if runs else []}
+    return {
+        "preset": preset,
+        "budget": budget,
+        "kind": "llm",
+        "title": f"LLM RLVR in miniature: TPO vs GRPO on Reasoning Gym {task} ({config['setting']})",
+        "claim": paper_claim(task),
+        "paper_setting": (
+            f"verl, Qwen3-1.7B and DeepSeek-R1-Distill-Qwen-1.5B, AdamW {setup['lr']:g}, {setup['batch_prompts']} "
+            f"prompts x K = {setup['K']} per step; this repository runs "
+            f"SmolLM2-135M-Instruct through TRL"
+        ),
+        "command": command or f"python -m tpo_core.lab.llm.rlvr --task {task} --budget {budget} --out {out}",
+        "metrics": list(SUMMARY_METRICS),
+        "train_seconds": float(sum(r["seconds"] for r in runs)),
+        "devices": 1,
+        "rows": summary_rows(out, runs) if runs else [],
+    }
 
 
 def paper_claim(task: str) -> str:
@@ -400,8 +591,17 @@ def paper_claim(task: str) -> str:
     return f"{P.LLM.get(task, 'the paper runs no LLM experiment on this task')} (verl; §3.8, App. G)"
 
 
-def run_preset(name: str, budget: str, out=None, *, seeds: int | None = None, methods=None, partial: bool = False,
-               quiet: bool = False, command: str | None = None) -> dict:
+def run_preset(
+    name: str,
+    budget: str,
+    out=None,
+    *,
+    seeds: int | None = None,
+    methods=None,
+    partial: bool = False,
+    quiet: bool = False,
+    command: str | None = None,
+) -> dict:
     """``python -m tpo_core reproduce llm_graph_coloring --budget cpu``: :func:`run_rlvr` on the preset's task
     at its default setting, TPO and GRPO (``methods`` to split them across processes), ``seeds`` seeds
     (default: the budget's). ``partial``: summarise the finished runs, train nothing."""
@@ -412,11 +612,22 @@ def run_preset(name: str, budget: str, out=None, *, seeds: int | None = None, me
     if seeds is not None and not (isinstance(seeds, int) and seeds >= 1):
         raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
     out = pathlib.Path(out) if out else EXPERIMENTS[name].default_out(budget)
-    command = command or (f"python -m tpo_core reproduce {name} --budget {budget}" + (f" --seeds {seeds}" if seeds else "")
-                          + f" --out {out}")
-    return run_rlvr(PRESETS[name], budget, out, methods=tuple(methods or PRESET_METHODS),
-                    seeds=None if seeds is None else tuple(range(seeds)), quiet=quiet, train=not partial,
-                    preset=name, command=command)
+    command = command or (
+        f"python -m tpo_core reproduce {name} --budget {budget}"
+        + (f" --seeds {seeds}" if seeds else "")
+        + f" --out {out}"
+    )
+    return run_rlvr(
+        PRESETS[name],
+        budget,
+        out,
+        methods=tuple(methods or PRESET_METHODS),
+        seeds=None if seeds is None else tuple(range(seeds)),
+        quiet=quiet,
+        train=not partial,
+        preset=name,
+        command=command,
+    )
 
 
 @dataclass(frozen=True)
@@ -446,16 +657,28 @@ class RlvrExperiment:
     def default_out(self, budget: str) -> pathlib.Path:
         return pathlib.Path(f"results/{self.name}_{budget}")
 
-    def train(self, budget: str, out=None, *, seeds: int | None = None, only=None, partial: bool = False,
-              progress: bool = True, command: str | None = None, **options) -> dict:
+    def train(
+        self,
+        budget: str,
+        out=None,
+        *,
+        seeds: int | None = None,
+        only=None,
+        partial: bool = False,
+        progress: bool = True,
+        command: str | None = None,
+        **options,
+    ) -> dict:
         experiments.refuse_options(self, options, "a PyTorch + TRL run, not the JAX engine")
         if only is not None:
             bad = [m for m in only if m not in METHODS]
             if bad or not only:
-                raise ValueError(f"only must name methods of {self.name} ({', '.join(METHODS)}), "
-                                 f"got {', '.join(bad) or 'nothing'}")
-        return run_preset(self.name, budget, out, seeds=seeds, methods=only, partial=partial, quiet=not progress,
-                          command=command)
+                raise ValueError(
+                    f"only must name methods of {self.name} ({', '.join(METHODS)}), got {', '.join(bad) or 'nothing'}"
+                )
+        return run_preset(
+            self.name, budget, out, seeds=seeds, methods=only, partial=partial, quiet=not progress, command=command
+        )
 
     def metric_label(self, metric: str) -> str:
         return SUMMARY_METRICS.get(metric, metric)
@@ -467,17 +690,28 @@ class RlvrExperiment:
         return f"PyTorch + TRL ({__name__}), not the JAX engine"
 
     def list_text(self) -> str:
-        return "\n".join([f"{self.name:12s} {self.title}"] + experiments.budget_lines(
-            {b: f"{x.steps} steps x {x.prompts_per_step} prompt(s) x K = {x.k}, {len(x.seeds)} seed(s); {x.note}"
-             for b, x in BUDGETS.items()}))
+        return "\n".join(
+            [f"{self.name:12s} {self.title}"]
+            + experiments.budget_lines(
+                {
+                    b: f"{x.steps} steps x {x.prompts_per_step} prompt(s) x K = {x.k}, {len(x.seeds)} seed(s); {x.note}"
+                    for b, x in BUDGETS.items()
+                }
+            )
+        )
 
 
-EXPERIMENTS = {name: RlvrExperiment(name, task) for name, task in PRESETS.items()}   # this family's registry part
+EXPERIMENTS = {name: RlvrExperiment(name, task) for name, task in PRESETS.items()}  # this family's registry part
 
 
-FIGURE_PANELS = (("reward", "mean reward"), ("zero_variance_frac", "groups with no signal"),
-                 ("tv", "TV(q, p_old): TPO"), ("abs_advantage", "mean |A|: GRPO"), ("entropy", "policy token entropy"),
-                 ("entropy_q", "entropy of q: TPO"))
+FIGURE_PANELS = (
+    ("reward", "mean reward"),
+    ("zero_variance_frac", "groups with no signal"),
+    ("tv", "TV(q, p_old): TPO"),
+    ("abs_advantage", "mean |A|: GRPO"),
+    ("entropy", "policy token entropy"),
+    ("entropy_q", "entropy of q: TPO"),
+)
 
 
 def load_runs(out) -> dict:
@@ -488,7 +722,8 @@ def load_runs(out) -> dict:
     for path in sorted(paths, key=lambda p: (p.name.rsplit("_seed", 1)[0], int(p.stem.rsplit("_seed", 1)[1]))):
         with np.load(path) as f:
             by_method.setdefault(path.name.rsplit("_seed", 1)[0], []).append(
-                {k: f[k] for k in f.files} | {"seed": int(path.stem.rsplit("_seed", 1)[1])})
+                {k: f[k] for k in f.files} | {"seed": int(path.stem.rsplit("_seed", 1)[1])}
+            )
     return by_method
 
 
@@ -525,29 +760,63 @@ def figure(out):
             x = np.arange(1, steps + 1)
             row, col = n // 3 + 1, n % 3 + 1
             for r, yi in zip(runs, y):
-                fig.add_trace(go.Scatter(x=x, y=yi, mode="lines", line=dict(color=c, dash=dash, width=0.8),
-                                         opacity=0.45, name=f"{method} seed {r['seed']}", legendgroup=method,
-                                         showlegend=False, hovertemplate=f"{method} seed {r['seed']}: %{{y:.3g}}"),
-                              row, col)
-            fig.add_trace(go.Scatter(x=np.concatenate([x, x[::-1]]), y=np.concatenate([mean + se, (mean - se)[::-1]]),
-                                     fill="toself", fillcolor=c, opacity=0.15, line=dict(width=0), hoverinfo="skip",
-                                     showlegend=False, legendgroup=method), row, col)
-            fig.add_trace(go.Scatter(x=x, y=mean, name=f"{method} ({len(runs)} seed{'s' * (len(runs) > 1)})",
-                                     legendgroup=method, showlegend=n == 0, line=dict(color=c, dash=dash, width=3)),
-                          row, col)
+                fig.add_trace(
+                    go.Scatter(
+                        x=x,
+                        y=yi,
+                        mode="lines",
+                        line=dict(color=c, dash=dash, width=0.8),
+                        opacity=0.45,
+                        name=f"{method} seed {r['seed']}",
+                        legendgroup=method,
+                        showlegend=False,
+                        hovertemplate=f"{method} seed {r['seed']}: %{{y:.3g}}",
+                    ),
+                    row,
+                    col,
+                )
+            fig.add_trace(
+                go.Scatter(
+                    x=np.concatenate([x, x[::-1]]),
+                    y=np.concatenate([mean + se, (mean - se)[::-1]]),
+                    fill="toself",
+                    fillcolor=c,
+                    opacity=0.15,
+                    line=dict(width=0),
+                    hoverinfo="skip",
+                    showlegend=False,
+                    legendgroup=method,
+                ),
+                row,
+                col,
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=mean,
+                    name=f"{method} ({len(runs)} seed{'s' * (len(runs) > 1)})",
+                    legendgroup=method,
+                    showlegend=n == 0,
+                    line=dict(color=c, dash=dash, width=3),
+                ),
+                row,
+                col,
+            )
     summary_path = out / "summary.json"
     title = "TPO vs GRPO on a real LM"
     if summary_path.is_file():
         cfg = json.loads(summary_path.read_text())["config"]
-        title += (f": {cfg['task']} ({cfg['setting']}), K = {cfg['budget']['k']}, thin: each seed, "
-                  "thick: seed mean ± 1 SE")
+        title += (
+            f": {cfg['task']} ({cfg['setting']}), K = {cfg['budget']['k']}, thin: each seed, thick: seed mean ± 1 SE"
+        )
     fig.update_layout(title=title, template="plotly_white", height=620, legend=dict(orientation="h", y=-0.1))
     fig.update_xaxes(title_text="optimizer step")
     return fig
 
 
-def measure_starting_success(task: str, out, *, settings=None, n_prompts: int = 2, k: int = 8,
-                             max_new_tokens: int = 32, model_path=None) -> list[dict]:
+def measure_starting_success(
+    task: str, out, *, settings=None, n_prompts: int = 2, k: int = 8, max_new_tokens: int = 32, model_path=None
+) -> list[dict]:
     """The starting SmolLM2's rewards on every setting of ``task`` (:func:`tasks.success_rate`, all answer
     formats), appended setting by setting to ``out/starting_success.json``."""
     from .model import load_smollm2
@@ -560,13 +829,17 @@ def measure_starting_success(task: str, out, *, settings=None, n_prompts: int = 
     rows = json.loads(path.read_text()) if path.is_file() else []
     loaded = load_smollm2(model_path)
     for name in names:
-        row = success_rate(loaded.model, loaded.tokenizer, task, name, n_prompts=n_prompts, k=k,
-                           max_new_tokens=max_new_tokens)
+        row = success_rate(
+            loaded.model, loaded.tokenizer, task, name, n_prompts=n_prompts, k=k, max_new_tokens=max_new_tokens
+        )
         rows = [r for r in rows if (r["task"], r["setting"]) != (task, name)] + [row]
         atomic_io.write_json(path, rows)
-        print(f"tpo_core.lab.llm.rlvr: {task} {name}: success {row['tags']['success']:.3f} (tags) / "
-              f"{row['lenient']['success']:.3f} (lenient), mean reward {row['lenient']['mean_reward']:.4f} "
-              f"(lenient) over {n_prompts} x {k} samples in {row['seconds']:.0f} s", flush=True)
+        print(
+            f"tpo_core.lab.llm.rlvr: {task} {name}: success {row['tags']['success']:.3f} (tags) / "
+            f"{row['lenient']['success']:.3f} (lenient), mean reward {row['lenient']['mean_reward']:.4f} "
+            f"(lenient) over {n_prompts} x {k} samples in {row['seconds']:.0f} s",
+            flush=True,
+        )
     return rows
 
 
@@ -582,9 +855,13 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default=None, help="comma-separated integers (default: the budget's)")
     parser.add_argument("--steps", default=None, help="optimizer steps (default: the budget's)")
     parser.add_argument("--model-path", default=None, help="a GGUF file or a Hugging Face folder")
-    parser.add_argument("--measure-start", default=None, metavar="N_PROMPTS,K",
-                        help="instead of training: sample K completions for N_PROMPTS puzzles of every setting of "
-                             "--task (or --setting) with the starting model, write starting_success.json")
+    parser.add_argument(
+        "--measure-start",
+        default=None,
+        metavar="N_PROMPTS,K",
+        help="instead of training: sample K completions for N_PROMPTS puzzles of every setting of "
+        "--task (or --setting) with the starting model, write starting_success.json",
+    )
     args = parser.parse_args(argv)
     try:
         if args.task not in TASKS:
@@ -606,12 +883,26 @@ def main(argv=None) -> int:
                 raise ValueError(f"--measure-start {args.measure_start!r} is not N_PROMPTS,K") from None
             if n_prompts < 1 or k < 1:
                 raise ValueError(f"--measure-start {args.measure_start!r}: both must be ≥ 1")
-            measure_starting_success(args.task, args.out, settings=None if args.setting is None else [args.setting],
-                                     n_prompts=n_prompts, k=k, model_path=args.model_path)
+            measure_starting_success(
+                args.task,
+                args.out,
+                settings=None if args.setting is None else [args.setting],
+                n_prompts=n_prompts,
+                k=k,
+                model_path=args.model_path,
+            )
             return 0
         methods = tuple(m for m in args.methods.split(",") if m)
-        run_rlvr(args.task, args.budget, args.out, methods=methods, seeds=seeds, setting=args.setting, steps=steps,
-                 model_path=args.model_path)
+        run_rlvr(
+            args.task,
+            args.budget,
+            args.out,
+            methods=methods,
+            seeds=seeds,
+            setting=args.setting,
+            steps=steps,
+            model_path=args.model_path,
+        )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

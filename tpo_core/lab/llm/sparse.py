@@ -58,6 +58,7 @@ has finished.
     python -m tpo_core.lab.llm.sparse --budget smoke --out /tmp/sparse --stage all
     python -m tpo_core reproduce llm_sparse_coloring --budget smoke
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,21 +80,52 @@ import numpy as np
 from .. import atomic_io
 from ..reproduce import experiments
 
-__all__ = ["Budget", "BUDGETS", "ARMS", "SETTING", "FILLER", "RESOLUTION", "PRESETS", "tokenizer", "make_model",
-           "make_puzzles", "heldout_puzzles", "prompt_text", "answer_text", "decode_answer", "score_text",
-           "ColoringReward", "proper_matrix", "baselines", "sample_filler_lengths", "warm_start", "evaluate",
-           "logprob_spread", "sft_colourings", "PRIMARY", "choose_lr", "run", "run_preset", "summarize", "figure", "figure_html", "main",
-           "CLAIM", "EXPERIMENTS", "SparseExperiment"]
+__all__ = [
+    "Budget",
+    "BUDGETS",
+    "ARMS",
+    "SETTING",
+    "FILLER",
+    "RESOLUTION",
+    "PRESETS",
+    "tokenizer",
+    "make_model",
+    "make_puzzles",
+    "heldout_puzzles",
+    "prompt_text",
+    "answer_text",
+    "decode_answer",
+    "score_text",
+    "ColoringReward",
+    "proper_matrix",
+    "baselines",
+    "sample_filler_lengths",
+    "warm_start",
+    "evaluate",
+    "logprob_spread",
+    "sft_colourings",
+    "PRIMARY",
+    "choose_lr",
+    "run",
+    "run_preset",
+    "summarize",
+    "figure",
+    "figure_html",
+    "main",
+    "CLAIM",
+    "EXPERIMENTS",
+    "SparseExperiment",
+]
 
 ARMS = ("tpo_mean", "tpo_sum", "grpo")
 STAGES = ("grid", "main", "all")
 N_VERTICES, N_COLORS, EDGE_P = 6, 3, 0.5
 SETTING = dict(num_colors=N_COLORS, min_num_vertices=N_VERTICES, max_num_vertices=N_VERTICES, edge_probability=EDGE_P)
-TRAIN_DATA_SEED = 0              # Reasoning Gym seeds entry i with Random(seed + i): far-apart seeds never share
-EVAL_DATA_SEED = 10_000_000      # an entry (the graphs may still coincide: those are dropped, heldout_puzzles)
+TRAIN_DATA_SEED = 0  # Reasoning Gym seeds entry i with Random(seed + i): far-apart seeds never share
+EVAL_DATA_SEED = 10_000_000  # an entry (the graphs may still coincide: those are dropped, heldout_puzzles)
 FILLER = ("hm", "so", "ok", "um")  # the free "thinking" prefix
 MAX_FILLER = 24
-RESOLUTION = 0.05                # δ of the arm-vs-arm verdicts, in held-out success
+RESOLUTION = 0.05  # δ of the arm-vs-arm verdicts, in held-out success
 PRESETS = {"llm_sparse_coloring": "graph colouring, 6 vertices, 3 colours, p = 0.5, binary reward"}
 CLAIM = "GRPO collapses on graph colouring while TPO reaches about 0.96 (Kaddour 2026, §3.8, App. G; verl, Qwen3-1.7B)"
 
@@ -105,20 +137,20 @@ VOCAB = SPECIALS + ["graph", "ans"] + EDGE_WORDS + list(FILLER) + ANSWER_WORDS
 
 @dataclass(frozen=True)
 class Budget:
-    steps: int                   # optimizer steps of a main-stage run
-    grid_steps: int              # optimizer steps of a grid-stage run
-    lrs: tuple                   # the learning-rate grid (every arm)
+    steps: int  # optimizer steps of a main-stage run
+    grid_steps: int  # optimizer steps of a grid-stage run
+    lrs: tuple  # the learning-rate grid (every arm)
     grid_seeds: tuple
     main_seeds: tuple
     prompts_per_step: int = 8
-    k: int = 16                  # completions per prompt
-    num_iterations: int = 1      # optimizer steps per generation (TRL's num_iterations; steps_per_generation = 1)
+    k: int = 16  # completions per prompt
+    num_iterations: int = 1  # optimizer steps per generation (TRL's num_iterations; steps_per_generation = 1)
     max_completion_length: int = 32
-    n_train: int = 4096          # the training pool (data seed TRAIN_DATA_SEED)
-    n_eval: int = 256            # held-out puzzles (data seed EVAL_DATA_SEED)
-    eval_samples: int = 4        # T = 1 samples per held-out puzzle
+    n_train: int = 4096  # the training pool (data seed TRAIN_DATA_SEED)
+    n_eval: int = 256  # held-out puzzles (data seed EVAL_DATA_SEED)
+    eval_samples: int = 4  # T = 1 samples per held-out puzzle
     eval_every: int = 25
-    n_baseline: int = 1000       # held-out puzzles for the constant / random baselines
+    n_baseline: int = 1000  # held-out puzzles for the constant / random baselines
     d_model: int = 64
     layers: int = 3
     heads: int = 4
@@ -127,38 +159,79 @@ class Budget:
     sft_batch: int = 64
     sft_lr: float = 3e-3
     pretrain_lr: float = 3e-3
-    sft_greedy: float = 0.0      # ρ: per vertex, the warm-start data avoids earlier neighbours' colours w.p. ρ
-    pretrain_steps: int = 0      # supervised steps on random *greedy* colourings (ρ = 1) before the warm start
-    spread_prompts: int = 64     # groups of K sampled at the start to measure the log-prob spread
+    sft_greedy: float = 0.0  # ρ: per vertex, the warm-start data avoids earlier neighbours' colours w.p. ρ
+    pretrain_steps: int = 0  # supervised steps on random *greedy* colourings (ρ = 1) before the warm start
+    spread_prompts: int = 64  # groups of K sampled at the start to measure the log-prob spread
     note: str = ""
 
 
 BUDGETS = {
-    "smoke": Budget(steps=2, grid_steps=2, lrs=(1e-3, 3e-3), grid_seeds=(100,), main_seeds=(0, 1),
-                    prompts_per_step=2, k=4, max_completion_length=32, n_train=64, n_eval=16, eval_samples=2,
-                    eval_every=1, n_baseline=50, d_model=32, layers=2, heads=4, ff=64, pretrain_steps=10,
-                    pretrain_lr=1e-2, sft_steps=40, sft_batch=32, sft_lr=1e-2, sft_greedy=0.1, spread_prompts=4,
-                    note="a 2-layer d = 32 Llama, 2 steps of 2 prompts x K = 4: seconds; tests and CI only"),
-    "cpu": Budget(steps=300, grid_steps=300, lrs=(1e-4, 3e-4, 1e-3, 3e-3), grid_seeds=(100, 101),
-                  main_seeds=tuple(range(8)), pretrain_steps=3000, pretrain_lr=3e-3, sft_steps=600, sft_lr=1e-3,
-                  sft_greedy=0.1,
-                  note="a 0.2 M-parameter Llama (d 64, 3 layers), 8 prompts x K = 16 per step, 300 steps, held-out "
-                       "evaluation every 25 steps; lr grid 1e-4, 3e-4, 1e-3, 3e-3 x 2 seeds (3e-3 added before the main "
-                       "stage because TPO-mean's and GRPO's best sat at the edge, 1e-3), then 8 seeds per arm. Warm "
-                       "start: 3000 supervised steps on greedy colourings (lr 3e-3), then 600 steps at rho = 0.1 "
-                       "(lr 1e-3), which suppresses held-out success at T = 1 again, so that RL starts low (the "
-                       "warm start's success and the training seconds are in the committed summary). 42 runs "
-                       "plus 10 warm starts. An earlier design (random-colouring warm start only, 600 steps) learned "
-                       "nothing in any arm: results/llm_sparse_coloring_cpu_v1"),
-    "gpu": Budget(steps=300, grid_steps=300, lrs=(1e-4, 3e-4, 1e-3), grid_seeds=(100, 101),
-                  main_seeds=tuple(range(16)), pretrain_steps=3000, pretrain_lr=3e-3, sft_steps=600, sft_lr=1e-3,
-                  sft_greedy=0.1, note="the cpu budget's model, warm start and steps, 16 main seeds, on one GPU; "
-                                       "not measured"),
+    "smoke": Budget(
+        steps=2,
+        grid_steps=2,
+        lrs=(1e-3, 3e-3),
+        grid_seeds=(100,),
+        main_seeds=(0, 1),
+        prompts_per_step=2,
+        k=4,
+        max_completion_length=32,
+        n_train=64,
+        n_eval=16,
+        eval_samples=2,
+        eval_every=1,
+        n_baseline=50,
+        d_model=32,
+        layers=2,
+        heads=4,
+        ff=64,
+        pretrain_steps=10,
+        pretrain_lr=1e-2,
+        sft_steps=40,
+        sft_batch=32,
+        sft_lr=1e-2,
+        sft_greedy=0.1,
+        spread_prompts=4,
+        note="a 2-layer d = 32 Llama, 2 steps of 2 prompts x K = 4: seconds; tests and CI only",
+    ),
+    "cpu": Budget(
+        steps=300,
+        grid_steps=300,
+        lrs=(1e-4, 3e-4, 1e-3, 3e-3),
+        grid_seeds=(100, 101),
+        main_seeds=tuple(range(8)),
+        pretrain_steps=3000,
+        pretrain_lr=3e-3,
+        sft_steps=600,
+        sft_lr=1e-3,
+        sft_greedy=0.1,
+        note="a 0.2 M-parameter Llama (d 64, 3 layers), 8 prompts x K = 16 per step, 300 steps, held-out "
+        "evaluation every 25 steps; lr grid 1e-4, 3e-4, 1e-3, 3e-3 x 2 seeds (3e-3 added before the main "
+        "stage because TPO-mean's and GRPO's best sat at the edge, 1e-3), then 8 seeds per arm. Warm "
+        "start: 3000 supervised steps on greedy colourings (lr 3e-3), then 600 steps at rho = 0.1 "
+        "(lr 1e-3), which suppresses held-out success at T = 1 again, so that RL starts low (the "
+        "warm start's success and the training seconds are in the committed summary). 42 runs "
+        "plus 10 warm starts. An earlier design (random-colouring warm start only, 600 steps) learned "
+        "nothing in any arm: results/llm_sparse_coloring_cpu_v1",
+    ),
+    "gpu": Budget(
+        steps=300,
+        grid_steps=300,
+        lrs=(1e-4, 3e-4, 1e-3),
+        grid_seeds=(100, 101),
+        main_seeds=tuple(range(16)),
+        pretrain_steps=3000,
+        pretrain_lr=3e-3,
+        sft_steps=600,
+        sft_lr=1e-3,
+        sft_greedy=0.1,
+        note="the cpu budget's model, warm start and steps, 16 main seeds, on one GPU; not measured",
+    ),
 }
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # tokens, puzzles, rewards
+
 
 def tokenizer():
     """The word-level tokenizer of :data:`VOCAB` (left padding, as TRL generates)."""
@@ -167,9 +240,15 @@ def tokenizer():
 
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)   # joins words with one space
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", bos_token="[BOS]",
-                                                eos_token="[EOS]", unk_token="[UNK]", padding_side="left")
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with one space
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        bos_token="[BOS]",
+        eos_token="[EOS]",
+        unk_token="[UNK]",
+        padding_side="left",
+    )
 
 
 def make_model(seed: int, budget: Budget):
@@ -178,10 +257,19 @@ def make_model(seed: int, budget: Budget):
     import transformers
 
     torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(vocab_size=len(VOCAB), hidden_size=budget.d_model, intermediate_size=budget.ff,
-                                   num_hidden_layers=budget.layers, num_attention_heads=budget.heads,
-                                   num_key_value_heads=budget.heads, max_position_embeddings=128,
-                                   pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)
+    cfg = transformers.LlamaConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=budget.d_model,
+        intermediate_size=budget.ff,
+        num_hidden_layers=budget.layers,
+        num_attention_heads=budget.heads,
+        num_key_value_heads=budget.heads,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=True,
+    )
     return transformers.LlamaForCausalLM(cfg)
 
 
@@ -255,9 +343,11 @@ class ColoringReward:
         self.dataset, self.entries, self.keep, self.first, self.last = dataset, entries, keep, None, None
 
     def __call__(self, completions, entry_index, **_):
-        scores = [score_text(self.dataset, self.entries[int(i)], c if isinstance(c, str) else c[-1]["content"])
-                  for c, i in zip(completions, entry_index)]
-        batch = [{"completion": c, "reward": s} for c, s in zip(completions, scores)][:self.keep]
+        scores = [
+            score_text(self.dataset, self.entries[int(i)], c if isinstance(c, str) else c[-1]["content"])
+            for c, i in zip(completions, entry_index)
+        ]
+        batch = [{"completion": c, "reward": s} for c, s in zip(completions, scores)][: self.keep]
         self.first = self.first or batch
         self.last = batch
         return scores
@@ -266,9 +356,10 @@ class ColoringReward:
 # ---------------------------------------------------------------------------------------------------------------
 # baselines
 
+
 def _all_colourings() -> np.ndarray:
     grid = np.stack(np.meshgrid(*[np.arange(1, N_COLORS + 1)] * N_VERTICES, indexing="ij"), -1)
-    return grid.reshape(-1, N_VERTICES)                                     # [3^6, 6], lexicographic
+    return grid.reshape(-1, N_VERTICES)  # [3^6, 6], lexicographic
 
 
 def proper_matrix(entries) -> np.ndarray:
@@ -287,13 +378,18 @@ def baselines(entries) -> dict:
     m = proper_matrix(entries)
     per_answer = m.mean(1)
     best = int(per_answer.argmax())
-    return {"n_puzzles": len(entries), "best_constant": float(per_answer[best]),
-            "best_constant_answer": _all_colourings()[best].tolist(), "random_colouring": float(m.mean()),
-            "mean_edges": float(np.mean([len(e["metadata"]["puzzle"]["edges"]) for e in entries]))}
+    return {
+        "n_puzzles": len(entries),
+        "best_constant": float(per_answer[best]),
+        "best_constant_answer": _all_colourings()[best].tolist(),
+        "random_colouring": float(m.mean()),
+        "mean_edges": float(np.mean([len(e["metadata"]["puzzle"]["edges"]) for e in entries])),
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # warm start
+
 
 def sample_filler_lengths(rng, n: int) -> np.ndarray:
     """Free-prefix lengths in 0..24, skewed towards 0: floor(25 U³) (P(0) ≈ 0.34, mean ≈ 5.8)."""
@@ -329,10 +425,32 @@ def cache_dir() -> pathlib.Path:
 
 
 def _warm_key(budget: Budget) -> dict:
-    fields = ("d_model", "layers", "heads", "ff", "pretrain_steps", "pretrain_lr", "sft_steps", "sft_batch", "sft_lr",
-              "sft_greedy", "n_train", "n_eval", "eval_samples", "max_completion_length", "spread_prompts", "k")
-    return {"budget": {f: getattr(budget, f) for f in fields}, "vocab": VOCAB, "setting": SETTING,
-            "filler": "floor(25 U^3)", "data_seeds": [TRAIN_DATA_SEED, EVAL_DATA_SEED], "version": 2}
+    fields = (
+        "d_model",
+        "layers",
+        "heads",
+        "ff",
+        "pretrain_steps",
+        "pretrain_lr",
+        "sft_steps",
+        "sft_batch",
+        "sft_lr",
+        "sft_greedy",
+        "n_train",
+        "n_eval",
+        "eval_samples",
+        "max_completion_length",
+        "spread_prompts",
+        "k",
+    )
+    return {
+        "budget": {f: getattr(budget, f) for f in fields},
+        "vocab": VOCAB,
+        "setting": SETTING,
+        "filler": "floor(25 U^3)",
+        "data_seeds": [TRAIN_DATA_SEED, EVAL_DATA_SEED],
+        "version": 2,
+    }
 
 
 def _device():
@@ -368,9 +486,9 @@ def _sft(model, tok, entries, budget: Budget, seed, *, steps: int, rho: float, l
         mask = torch.zeros_like(ids)
         for r, (p, a) in enumerate(zip(prompts, answers)):
             seq = p + a
-            ids[r, :len(seq)] = torch.tensor(seq)
-            labels[r, len(p):len(seq)] = torch.tensor(a)
-            mask[r, :len(seq)] = 1
+            ids[r, : len(seq)] = torch.tensor(seq)
+            labels[r, len(p) : len(seq)] = torch.tensor(a)
+            mask[r, : len(seq)] = 1
         loss = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
         opt.zero_grad()
         loss.backward()
@@ -417,32 +535,52 @@ def warm_start(seed: int, budget: Budget, *, cache=None, quiet: bool = True):
     rng_state = torch.get_rng_state()
     ds, entries = make_puzzles(budget.n_train, TRAIN_DATA_SEED)
     eval_ds, eval_entries = heldout_puzzles(budget.n_eval, entries)
-    pre_losses = (_sft(model, tok, entries, budget, [seed, 1], steps=budget.pretrain_steps, rho=1.0,
-                       lr=budget.pretrain_lr)
-                  if budget.pretrain_steps else [])
-    losses = _sft(model, tok, entries, budget, seed, steps=budget.sft_steps, rho=budget.sft_greedy,
-                  lr=budget.sft_lr)
-    ev = evaluate(model, tok, eval_ds, eval_entries, samples=budget.eval_samples,
-                  max_new_tokens=budget.max_completion_length, seed=seed)
-    spread = logprob_spread(model, tok, entries[:budget.spread_prompts], k=budget.k,
-                            max_new_tokens=budget.max_completion_length, seed=seed)
+    pre_losses = (
+        _sft(model, tok, entries, budget, [seed, 1], steps=budget.pretrain_steps, rho=1.0, lr=budget.pretrain_lr)
+        if budget.pretrain_steps
+        else []
+    )
+    losses = _sft(model, tok, entries, budget, seed, steps=budget.sft_steps, rho=budget.sft_greedy, lr=budget.sft_lr)
+    ev = evaluate(
+        model,
+        tok,
+        eval_ds,
+        eval_entries,
+        samples=budget.eval_samples,
+        max_new_tokens=budget.max_completion_length,
+        seed=seed,
+    )
+    spread = logprob_spread(
+        model, tok, entries[: budget.spread_prompts], k=budget.k, max_new_tokens=budget.max_completion_length, seed=seed
+    )
     torch.set_rng_state(rng_state)
-    meta = {"seed": seed, "key": key, "seconds": time.perf_counter() - start,
-            "sft_loss_first": losses[0], "sft_loss_last": float(np.mean(losses[-10:])),
-            "pretrain_loss_last": float(np.mean(pre_losses[-10:])) if pre_losses else None,
-            "n_parameters": sum(p.numel() for p in model.parameters()), "heldout": ev, "logp_spread": spread}
+    meta = {
+        "seed": seed,
+        "key": key,
+        "seconds": time.perf_counter() - start,
+        "sft_loss_first": losses[0],
+        "sft_loss_last": float(np.mean(losses[-10:])),
+        "pretrain_loss_last": float(np.mean(pre_losses[-10:])) if pre_losses else None,
+        "n_parameters": sum(p.numel() for p in model.parameters()),
+        "heldout": ev,
+        "logp_spread": spread,
+    }
     _atomic_torch_save(weights, {k: v.detach().cpu() for k, v in model.state_dict().items()})
     atomic_io.write_json(meta_path, meta)
     if not quiet:
-        print(f"tpo_core.lab.llm.sparse: warm start seed {seed}: held-out success {ev['success_t1']:.3f} (T=1), "
-              f"{ev['success_greedy']:.3f} (greedy), valid {ev['valid_t1']:.2f}; within-group std of summed / mean "
-              f"log-probs {spread['std_sum_median']:.2f} / {spread['std_mean_median']:.3f} nats "
-              f"({meta['seconds']:.0f} s)", flush=True)
+        print(
+            f"tpo_core.lab.llm.sparse: warm start seed {seed}: held-out success {ev['success_t1']:.3f} (T=1), "
+            f"{ev['success_greedy']:.3f} (greedy), valid {ev['valid_t1']:.2f}; within-group std of summed / mean "
+            f"log-probs {spread['std_sum_median']:.2f} / {spread['std_mean_median']:.3f} nats "
+            f"({meta['seconds']:.0f} s)",
+            flush=True,
+        )
     return model, meta
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # evaluation
+
 
 class _KeepRng:
     """Sampling inside a run (held-out evaluation) must not move the training's random streams."""
@@ -452,8 +590,12 @@ class _KeepRng:
 
         import torch
 
-        self.state = (torch.get_rng_state(), random.getstate(), np.random.get_state(),
-                      torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+        self.state = (
+            torch.get_rng_state(),
+            random.getstate(),
+            np.random.get_state(),
+            torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        )
 
     def __exit__(self, *exc):
         import random
@@ -474,13 +616,21 @@ def _generate(model, tok, prompts, *, samples: int, greedy: bool, max_new_tokens
     device = next(model.parameters()).device
     outs = []
     for i in range(0, len(prompts), chunk):
-        enc = tok(prompts[i:i + chunk], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        enc = tok(prompts[i : i + chunk], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         with torch.no_grad():
-            sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_p": 1.0,
-                                                            "top_k": 0, "num_return_sequences": samples}
-            out = model.generate(**enc, **sampling, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
-                                 eos_token_id=tok.eos_token_id)
-        outs.append((enc["input_ids"], enc["attention_mask"], out[:, enc["input_ids"].shape[1]:]))
+            sampling = (
+                {"do_sample": False}
+                if greedy
+                else {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "num_return_sequences": samples}
+            )
+            out = model.generate(
+                **enc,
+                **sampling,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
+        outs.append((enc["input_ids"], enc["attention_mask"], out[:, enc["input_ids"].shape[1] :]))
     return outs
 
 
@@ -489,8 +639,9 @@ def _completion_mask(completion_ids, eos_id: int):
     import torch
 
     is_eos = completion_ids == eos_id
-    first = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(is_eos[:, 0], completion_ids.shape[1],
-                                                                                  dtype=torch.long))
+    first = torch.where(
+        is_eos.any(1), is_eos.int().argmax(1), torch.full_like(is_eos[:, 0], completion_ids.shape[1], dtype=torch.long)
+    )
     return (torch.arange(completion_ids.shape[1], device=completion_ids.device)[None] <= first[:, None]).int()
 
 
@@ -509,8 +660,9 @@ def evaluate(model, tok, dataset, entries, *, samples: int, max_new_tokens: int,
         torch.manual_seed(seed)
         for greedy in (False, True):
             scores, valid, lengths, row = [], [], [], 0
-            for _, _, comp in _generate(model, tok, prompts, samples=samples, greedy=greedy,
-                                        max_new_tokens=max_new_tokens):
+            for _, _, comp in _generate(
+                model, tok, prompts, samples=samples, greedy=greedy, max_new_tokens=max_new_tokens
+            ):
                 texts = tok.batch_decode(comp, skip_special_tokens=True)
                 lengths += _completion_mask(comp, tok.eos_token_id).sum(1).tolist()
                 per = 1 if greedy else samples
@@ -545,24 +697,36 @@ def logprob_spread(model, tok, entries, *, k: int, max_new_tokens: int, seed: in
             full = torch.cat([ids, comp], 1)
             with torch.no_grad():
                 logits = model(input_ids=full, attention_mask=torch.cat([mask, cmask], 1)).logits
-            logp = torch.log_softmax(logits[:, ids.shape[1] - 1:-1].float(), -1).gather(-1, comp[..., None])[..., 0]
+            logp = torch.log_softmax(logits[:, ids.shape[1] - 1 : -1].float(), -1).gather(-1, comp[..., None])[..., 0]
             s = (logp * cmask).sum(1)
             sums.append(s.view(-1, k))
             means.append((s / cmask.sum(1)).view(-1, k))
     model.train(was_training)
     std_sum = torch.cat(sums).std(1, unbiased=False).cpu().numpy()
     std_mean = torch.cat(means).std(1, unbiased=False).cpu().numpy()
-    return {"groups": int(len(std_sum)), "k": k, "std_sum_median": float(np.median(std_sum)),
-            "std_sum_iqr": np.percentile(std_sum, [25, 75]).tolist(), "std_mean_median": float(np.median(std_mean)),
-            "std_mean_iqr": np.percentile(std_mean, [25, 75]).tolist()}
+    return {
+        "groups": int(len(std_sum)),
+        "k": k,
+        "std_sum_median": float(np.median(std_sum)),
+        "std_sum_iqr": np.percentile(std_sum, [25, 75]).tolist(),
+        "std_mean_median": float(np.median(std_mean)),
+        "std_mean_iqr": np.percentile(std_mean, [25, 75]).tolist(),
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # one RL run through TRL
 
-CURVE_KEYS = {"reward": "reward", "reward_std": "reward_std", "zero_variance_frac": "frac_reward_zero_std",
-              "entropy": "entropy", "completion_length": "completions/mean_length", "grad_norm": "grad_norm",
-              "loss": "loss", "abs_advantage": "grpo/abs_advantage"}
+CURVE_KEYS = {
+    "reward": "reward",
+    "reward_std": "reward_std",
+    "zero_variance_frac": "frac_reward_zero_std",
+    "entropy": "entropy",
+    "completion_length": "completions/mean_length",
+    "grad_norm": "grad_norm",
+    "loss": "loss",
+    "abs_advantage": "grpo/abs_advantage",
+}
 
 
 from .rlvr import _grpo_trainer_class  # noqa: E402  (GRPOTrainer logging mean |A|; numpy-only import)
@@ -591,17 +755,27 @@ def _eval_callback():
 
         def _eval(self, model, step, max_steps):
             r = self.run
-            ev = evaluate(model, r["tok"], r["eval_ds"], r["eval_entries"], samples=r["budget"].eval_samples,
-                          max_new_tokens=r["budget"].max_completion_length, seed=r["seed"] * 100_003 + step)
+            ev = evaluate(
+                model,
+                r["tok"],
+                r["eval_ds"],
+                r["eval_entries"],
+                samples=r["budget"].eval_samples,
+                max_new_tokens=r["budget"].max_completion_length,
+                seed=r["seed"] * 100_003 + step,
+            )
             self.rows.append({"step": step, **ev})
             curves = _curves(r["trainer"].state.log_history) if r.get("trainer") else {}
             atomic_io.write_npz(r["partial"], **curves, **_eval_arrays(self.rows))
             if not r["quiet"]:
                 last = curves.get("reward", np.array([]))
-                print(f"tpo_core.lab.llm.sparse: {r['label']} step {step}/{max_steps}: held-out {ev['success_t1']:.3f} "
-                      f"(T=1) {ev['success_greedy']:.3f} (greedy), length {ev['length_t1']:.1f}, train reward "
-                      f"{np.mean(last[-r['budget'].eval_every:]) if len(last) else float('nan'):.3f} "
-                      f"({time.perf_counter() - r['start']:.0f} s)", flush=True)
+                print(
+                    f"tpo_core.lab.llm.sparse: {r['label']} step {step}/{max_steps}: held-out {ev['success_t1']:.3f} "
+                    f"(T=1) {ev['success_greedy']:.3f} (greedy), length {ev['length_t1']:.1f}, train reward "
+                    f"{np.mean(last[-r['budget'].eval_every :]) if len(last) else float('nan'):.3f} "
+                    f"({time.perf_counter() - r['start']:.0f} s)",
+                    flush=True,
+                )
 
         def on_train_begin(self, args, state, control, model=None, **kw):
             self._eval(model, 0, args.max_steps)
@@ -636,25 +810,53 @@ def _run_one(arm: str, lr: float, seed: int, steps: int, budget: Budget, out: pa
     eval_ds, eval_entries = heldout_puzzles(budget.n_eval, entries)
     dataset = Dataset.from_dict({"prompt": [prompt_text(e) for e in entries], "entry_index": list(range(len(entries)))})
     reward = ColoringReward(ds, entries)
-    scratch = tempfile.mkdtemp(prefix=f"tpo_sparse_{arm}_seed{seed}_")       # the Trainer's output_dir (saves nothing)
-    common = dict(output_dir=scratch, per_device_train_batch_size=budget.prompts_per_step * budget.k,
-                  gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=budget.num_iterations,
-                  num_generations=budget.k, max_completion_length=budget.max_completion_length, max_steps=steps,
-                  learning_rate=lr, lr_scheduler_type="constant", beta=0.0, temperature=1.0, top_p=1.0, top_k=0,
-                  logging_steps=1, report_to=[], save_strategy="no", use_cpu=not torch.cuda.is_available(),
-                  bf16=False, seed=seed, data_seed=seed, dataloader_num_workers=0, disable_tqdm=True)
+    scratch = tempfile.mkdtemp(prefix=f"tpo_sparse_{arm}_seed{seed}_")  # the Trainer's output_dir (saves nothing)
+    common = dict(
+        output_dir=scratch,
+        per_device_train_batch_size=budget.prompts_per_step * budget.k,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_iterations=budget.num_iterations,
+        num_generations=budget.k,
+        max_completion_length=budget.max_completion_length,
+        max_steps=steps,
+        learning_rate=lr,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=not torch.cuda.is_available(),
+        bf16=False,
+        seed=seed,
+        data_seed=seed,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
     if arm == "grpo":
         args, trainer_cls = GRPOConfig(**common), _grpo_trainer_class()
     else:
-        args = TargetPOConfig(**common, eta=1.0, sequence_logp="mean" if arm == "tpo_mean" else "sum",
-                              tpo_mode="exact")
+        args = TargetPOConfig(**common, eta=1.0, sequence_logp="mean" if arm == "tpo_mean" else "sum", tpo_mode="exact")
         trainer_cls = TargetPOTrainer
     label = f"{arm} lr {lr:g} seed {seed}"
-    run_state = {"tok": tok, "eval_ds": eval_ds, "eval_entries": eval_entries, "budget": budget, "seed": seed,
-                 "partial": out / f"{_stem(arm, lr, seed)}.partial.npz", "quiet": quiet, "label": label, "start": start}
+    run_state = {
+        "tok": tok,
+        "eval_ds": eval_ds,
+        "eval_entries": eval_entries,
+        "budget": budget,
+        "seed": seed,
+        "partial": out / f"{_stem(arm, lr, seed)}.partial.npz",
+        "quiet": quiet,
+        "label": label,
+        "start": start,
+    }
     held_out = _eval_callback()(run_state)
-    trainer = trainer_cls(model=model, reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tok,
-                          callbacks=[held_out])
+    trainer = trainer_cls(
+        model=model, reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tok, callbacks=[held_out]
+    )
     run_state["trainer"] = trainer
     trainer.remove_callback(PrinterCallback)
     try:
@@ -663,10 +865,18 @@ def _run_one(arm: str, lr: float, seed: int, steps: int, budget: Budget, out: pa
         shutil.rmtree(scratch, ignore_errors=True)
     curves = _curves(trainer.state.log_history) | _eval_arrays(held_out.rows)
     seconds = time.perf_counter() - start
-    meta = {"arm": arm, "lr": lr, "seed": seed, "steps": int(len(curves["step"])), "seconds": seconds,
-            "seconds_per_step": seconds / max(1, len(curves["step"])), "warm_start": {
-                k: warm[k] for k in ("heldout", "logp_spread", "n_parameters")},
-            "samples_first_step": reward.first, "samples_last_step": reward.last, **_readouts(curves)}
+    meta = {
+        "arm": arm,
+        "lr": lr,
+        "seed": seed,
+        "steps": int(len(curves["step"])),
+        "seconds": seconds,
+        "seconds_per_step": seconds / max(1, len(curves["step"])),
+        "warm_start": {k: warm[k] for k in ("heldout", "logp_spread", "n_parameters")},
+        "samples_first_step": reward.first,
+        "samples_last_step": reward.last,
+        **_readouts(curves),
+    }
     return curves, meta
 
 
@@ -676,25 +886,46 @@ def _readouts(curves) -> dict:
     fast and how far a run learns), collapse (best − final ≥ 0.2, the review's rule)."""
     t1, greedy = curves["eval_success_t1"], curves["eval_success_greedy"]
     after = t1[1:] if len(t1) > 1 else t1
-    return {"start_success": float(t1[0]), "final_success": float(t1[-1]), "final_greedy_success": float(greedy[-1]),
-            "best_success": float(t1.max()), "auc_success": float(after.mean()),
-            "collapsed": bool(t1.max() - t1[-1] >= 0.2),
-            "final_train_reward": float(np.nanmean(curves["reward"][-max(1, len(curves["reward"]) // 10):]))}
+    return {
+        "start_success": float(t1[0]),
+        "final_success": float(t1[-1]),
+        "final_greedy_success": float(greedy[-1]),
+        "best_success": float(t1.max()),
+        "auc_success": float(after.mean()),
+        "collapsed": bool(t1.max() - t1[-1] >= 0.2),
+        "final_train_reward": float(np.nanmean(curves["reward"][-max(1, len(curves["reward"]) // 10) :])),
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # the sweep
+
 
 def _stem(arm: str, lr: float, seed: int) -> str:
     return f"{arm}_lr{lr:g}_seed{seed}"
 
 
 def _common_config(budget: Budget) -> dict:
-    shared = {k: v for k, v in dataclasses.asdict(budget).items()
-              if k not in ("steps", "grid_steps", "lrs", "grid_seeds", "main_seeds", "note")}
-    config = {"task": "graph_color", "setting": SETTING, "reward": "binary (proper colouring)", "budget": shared,
-              "data_seeds": [TRAIN_DATA_SEED, EVAL_DATA_SEED], "eta": 1.0, "tpo_mode": "exact", "temperature": 1.0,
-              "top_p": 1.0, "top_k": 0, "beta": 0.0, "steps_per_generation": 1, "warm_start": _warm_key(budget)}
+    shared = {
+        k: v
+        for k, v in dataclasses.asdict(budget).items()
+        if k not in ("steps", "grid_steps", "lrs", "grid_seeds", "main_seeds", "note")
+    }
+    config = {
+        "task": "graph_color",
+        "setting": SETTING,
+        "reward": "binary (proper colouring)",
+        "budget": shared,
+        "data_seeds": [TRAIN_DATA_SEED, EVAL_DATA_SEED],
+        "eta": 1.0,
+        "tpo_mode": "exact",
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "beta": 0.0,
+        "steps_per_generation": 1,
+        "warm_start": _warm_key(budget),
+    }
     return json.loads(json.dumps(config))
 
 
@@ -713,7 +944,7 @@ def _finished(out: pathlib.Path, budget: Budget) -> list[dict]:
     return runs
 
 
-PRIMARY = "auc_success"           # the metric the lr rule and the first verdict use
+PRIMARY = "auc_success"  # the metric the lr rule and the first verdict use
 
 
 def choose_lr(grid_runs, arm: str, lrs, metric: str = PRIMARY) -> dict:
@@ -730,12 +961,28 @@ def choose_lr(grid_runs, arm: str, lrs, metric: str = PRIMARY) -> dict:
     if done:
         best = min(done, key=lambda k: (-done[k]["mean"], float(k)))
     lrs_sorted = sorted(float(x) for x in table)
-    return {"lr": None if best is None else float(best), "metric": metric, "table": table,
-            "at_grid_edge": best is not None and float(best) in (lrs_sorted[0], lrs_sorted[-1]) and len(lrs_sorted) > 2}
+    return {
+        "lr": None if best is None else float(best),
+        "metric": metric,
+        "table": table,
+        "at_grid_edge": best is not None and float(best) in (lrs_sorted[0], lrs_sorted[-1]) and len(lrs_sorted) > 2,
+    }
 
 
-def run(budget: str = "smoke", out=None, *, stage: str = "grid", arms=ARMS, seeds=None, num_iterations=None,
-        cache=None, quiet: bool = False, train: bool = True, command: str | None = None, threads: int | None = 1) -> dict:
+def run(
+    budget: str = "smoke",
+    out=None,
+    *,
+    stage: str = "grid",
+    arms=ARMS,
+    seeds=None,
+    num_iterations=None,
+    cache=None,
+    quiet: bool = False,
+    train: bool = True,
+    command: str | None = None,
+    threads: int | None = 1,
+) -> dict:
     """Train every (arm, lr, seed) of ``stage`` not already finished in ``out``; return the summary (also
     ``out/summary.json``, with ``out/figure.html``). ``stage``: ``grid`` (every lr of the budget on its grid
     seeds), ``main`` (each arm's chosen lr, :func:`choose_lr`, on the main seeds; needs that arm's grid
@@ -776,8 +1023,10 @@ def run(budget: str = "smoke", out=None, *, stage: str = "grid", arms=ARMS, seed
                     choice = choose_lr(grid, arm, b.lrs)
                     missing = sum(v["n"] < len(b.grid_seeds) for v in choice["table"].values())
                     if missing:
-                        raise ValueError(f"stage main needs the grid of {arm} finished in {out} ({missing} of "
-                                         f"{len(b.lrs)} learning rates incomplete): run --stage grid first")
+                        raise ValueError(
+                            f"stage main needs the grid of {arm} finished in {out} ({missing} of "
+                            f"{len(b.lrs)} learning rates incomplete): run --stage grid first"
+                        )
                     plan += [(arm, choice["lr"], s, b.steps) for s in (seeds or b.main_seeds)]
             else:
                 plan = [(arm, lr, s, b.grid_steps) for arm in arms for lr in b.lrs for s in (seeds or b.grid_seeds)]
@@ -797,7 +1046,9 @@ def _train_if_needed(out, b, arm, lr, seed, steps, cache, quiet, stage):
         meta = json.loads(meta_path.read_text())
         if meta.get("config") == config:
             if not quiet:
-                print(f"tpo_core.lab.llm.sparse: {arm} lr {lr:g} seed {seed} already done in {out}, skipped", flush=True)
+                print(
+                    f"tpo_core.lab.llm.sparse: {arm} lr {lr:g} seed {seed} already done in {out}, skipped", flush=True
+                )
             return meta
         raise ValueError(f"{meta_path} holds a run of another configuration; use another --out (not overwritten)")
     curves, meta = _run_one(arm, lr, seed, steps, b, out, cache, quiet)
@@ -806,25 +1057,30 @@ def _train_if_needed(out, b, arm, lr, seed, steps, cache, quiet, stage):
     atomic_io.write_json(meta_path, meta)
     (out / f"{stem}.partial.npz").unlink(missing_ok=True)
     if not quiet:
-        print(f"tpo_core.lab.llm.sparse: {arm} lr {lr:g} seed {seed}: {meta['steps']} steps in {meta['seconds']:.0f} s "
-              f"({meta['seconds_per_step']:.2f} s/step), held-out {meta['start_success']:.3f} -> "
-              f"{meta['final_success']:.3f} (T=1), greedy {meta['final_greedy_success']:.3f}", flush=True)
+        print(
+            f"tpo_core.lab.llm.sparse: {arm} lr {lr:g} seed {seed}: {meta['steps']} steps in {meta['seconds']:.0f} s "
+            f"({meta['seconds_per_step']:.2f} s/step), held-out {meta['start_success']:.3f} -> "
+            f"{meta['final_success']:.3f} (T=1), greedy {meta['final_greedy_success']:.3f}",
+            flush=True,
+        )
     return meta
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # summary, verdicts, figure
 
-SUMMARY_METRICS = {"auc_success": "held-out success at T = 1, mean over the evaluations after step 0 (primary)",
-                   "final_success": "held-out success at T = 1, last evaluation",
-                   "final_greedy_success": "held-out greedy success, last evaluation",
-                   "start_success": "held-out success at T = 1 before RL (the warm start)"}
+SUMMARY_METRICS = {
+    "auc_success": "held-out success at T = 1, mean over the evaluations after step 0 (primary)",
+    "final_success": "held-out success at T = 1, last evaluation",
+    "final_greedy_success": "held-out greedy success, last evaluation",
+    "start_success": "held-out success at T = 1 before RL (the warm start)",
+}
 
 
 def _mann_whitney(a, b) -> dict:
     try:
         from scipy.stats import mannwhitneyu
-    except ImportError:                                   # scipy comes with scikit-learn; not a hard dependency
+    except ImportError:  # scipy comes with scikit-learn; not a hard dependency
         return {"U": None, "p_value": None, "note": "scipy not installed"}
     res = mannwhitneyu(a, b, alternative="two-sided")
     return {"U": float(res.statistic), "p_value": float(res.pvalue)}
@@ -842,10 +1098,18 @@ def _verdicts(main_by_arm: dict) -> list[dict]:
             xa = [r[metric] for r in main_by_arm[a]]
             xb = [r[metric] for r in main_by_arm[b]]
             v = two_sample_verdict(xa, xb, RESOLUTION)
-            out.append({"a": a, "b": b, "metric": metric, "n": [len(xa), len(xb)],
-                        "mean": [float(np.mean(xa)), float(np.mean(xb))],
-                        "median": [float(np.median(xa)), float(np.median(xb))], "two_sample_verdict": v,
-                        "mann_whitney": _mann_whitney(xa, xb) if min(len(xa), len(xb)) >= 2 else None})
+            out.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "metric": metric,
+                    "n": [len(xa), len(xb)],
+                    "mean": [float(np.mean(xa)), float(np.mean(xb))],
+                    "median": [float(np.median(xa)), float(np.median(xb))],
+                    "two_sample_verdict": v,
+                    "mann_whitney": _mann_whitney(xa, xb) if min(len(xa), len(xb)) >= 2 else None,
+                }
+            )
     return out
 
 
@@ -862,69 +1126,113 @@ def summarize(out, budget: str, b: Budget | None = None, *, command: str | None 
     main_by_arm = {}
     for arm in ARMS:
         chosen = choices.get(arm, {}).get("lr")
-        mine = sorted([r for r in main if r["arm"] == arm and chosen is not None and math.isclose(r["lr"], chosen)],
-                      key=lambda r: r["seed"])
+        mine = sorted(
+            [r for r in main if r["arm"] == arm and chosen is not None and math.isclose(r["lr"], chosen)],
+            key=lambda r: r["seed"],
+        )
         if mine:
             main_by_arm[arm] = mine
-    rows_from = {arm: runs_ for arm, runs_ in main_by_arm.items()} if main_by_arm else {
-        f"{r['arm']} lr {r['lr']:g} (grid)": [x for x in grid if x["arm"] == r["arm"] and x["lr"] == r["lr"]]
-        for r in sorted(grid, key=lambda r: (ARMS.index(r["arm"]), r["lr"]))}
+    rows_from = (
+        {arm: runs_ for arm, runs_ in main_by_arm.items()}
+        if main_by_arm
+        else {
+            f"{r['arm']} lr {r['lr']:g} (grid)": [x for x in grid if x["arm"] == r["arm"] and x["lr"] == r["lr"]]
+            for r in sorted(grid, key=lambda r: (ARMS.index(r["arm"]), r["lr"]))
+        }
+    )
     rows = []
     for metric in SUMMARY_METRICS:
         for key, mine in rows_from.items():
             vals = [r[metric] for r in mine]
             se = seed_se(vals)
-            rows.append({"key": key, "metric": metric, "ours": float(np.mean(vals)),
-                         "se": se if math.isfinite(se) else None, "seeds": sorted(r["seed"] for r in mine),
-                         "length": min(r["steps"] for r in mine), "comparable": False, "paper": None,
-                         "paper_text": "no paper number at this setting", "verdict": None})
+            rows.append(
+                {
+                    "key": key,
+                    "metric": metric,
+                    "ours": float(np.mean(vals)),
+                    "se": se if math.isfinite(se) else None,
+                    "seeds": sorted(r["seed"] for r in mine),
+                    "length": min(r["steps"] for r in mine),
+                    "comparable": False,
+                    "paper": None,
+                    "paper_text": "no paper number at this setting",
+                    "verdict": None,
+                }
+            )
     base_ds, base_entries = heldout_puzzles(b.n_baseline, make_puzzles(b.n_train, TRAIN_DATA_SEED)[1])
     warm = {}
     for r in runs:
         warm.setdefault(str(r["seed"]), r["warm_start"])
     spread = [w["logp_spread"] for w in warm.values()]
-    main_table = {arm: {"lr": mine[0]["lr"], "seeds": [r["seed"] for r in mine],
-                        **{m: [r[m] for r in mine] for m in ("final_success", "final_greedy_success", "auc_success",
-                                                             "best_success", "start_success")},
-                        "collapsed": [r["collapsed"] for r in mine]} for arm, mine in main_by_arm.items()}
+    main_table = {
+        arm: {
+            "lr": mine[0]["lr"],
+            "seeds": [r["seed"] for r in mine],
+            **{
+                m: [r[m] for r in mine]
+                for m in ("final_success", "final_greedy_success", "auc_success", "best_success", "start_success")
+            },
+            "collapsed": [r["collapsed"] for r in mine],
+        }
+        for arm, mine in main_by_arm.items()
+    }
     pattern = None
     if "grpo" in main_table and "tpo_mean" in main_table:
         g, t = main_table["grpo"], main_table["tpo_mean"]
-        pattern = {"rule": "the paper's pattern (review, pre-registered): GRPO's mean final <= 0.3 or most GRPO "
-                           "seeds collapse (best - final >= 0.2), while TPO-mean's mean final >= 0.8",
-                   "grpo_low_or_collapsing": bool(np.mean(g["final_success"]) <= 0.3 or np.mean(g["collapsed"]) > 0.5),
-                   "tpo_mean_high": bool(np.mean(t["final_success"]) >= 0.8)}
+        pattern = {
+            "rule": "the paper's pattern (review, pre-registered): GRPO's mean final <= 0.3 or most GRPO "
+            "seeds collapse (best - final >= 0.2), while TPO-mean's mean final >= 0.8",
+            "grpo_low_or_collapsing": bool(np.mean(g["final_success"]) <= 0.3 or np.mean(g["collapsed"]) > 0.5),
+            "tpo_mean_high": bool(np.mean(t["final_success"]) >= 0.8),
+        }
     stage, arms_req, seeds_req = requested or ("grid", ARMS, None)
-    expected_grid = {(a, f"{lr:g}", s) for a in arms_req for lr in b.lrs for s in (seeds_req or b.grid_seeds)} \
-        if stage in ("grid", "all") else set()
+    expected_grid = (
+        {(a, f"{lr:g}", s) for a in arms_req for lr in b.lrs for s in (seeds_req or b.grid_seeds)}
+        if stage in ("grid", "all")
+        else set()
+    )
     have_grid = {(r["arm"], f"{r['lr']:g}", r["seed"]) for r in grid}
     summary = {
-        "preset": "llm_sparse_coloring", "budget": budget, "kind": "llm",
+        "preset": "llm_sparse_coloring",
+        "budget": budget,
+        "kind": "llm",
         "title": "Sparse-reward LM miniature: TPO (mean, sum) vs TRL's GRPO, a small Llama on Reasoning Gym "
-                 "graph colouring (6 vertices, 3 colours, p = 0.5, binary reward)",
+        "graph colouring (6 vertices, 3 colours, p = 0.5, binary reward)",
         "claim": CLAIM,
         "paper_setting": "verl, Qwen3-1.7B and DeepSeek-R1-Distill-Qwen-1.5B, 16 prompts x K = 16, AdamW 1e-5; this "
-                         f"repository runs a {warm and next(iter(warm.values()))['n_parameters'] or '?'}-parameter Llama "
-                         "trained from scratch through TRL's trainers",
+        f"repository runs a {warm and next(iter(warm.values()))['n_parameters'] or '?'}-parameter Llama "
+        "trained from scratch through TRL's trainers",
         "budget_note": b.note,
         "command": command or f"python -m tpo_core.lab.llm.sparse --budget {budget} --out {out}",
-        "train_seconds": float(sum(r["seconds"] for r in runs)), "devices": 1,
-        "metrics": list(SUMMARY_METRICS), "rows": rows,
-        "config": _common_config(b), "stages": {"grid": {"steps": b.grid_steps, "lrs": list(b.lrs),
-                                                         "seeds": list(b.grid_seeds)},
-                                                "main": {"steps": b.steps, "seeds": list(b.main_seeds)}},
+        "train_seconds": float(sum(r["seconds"] for r in runs)),
+        "devices": 1,
+        "metrics": list(SUMMARY_METRICS),
+        "rows": rows,
+        "config": _common_config(b),
+        "stages": {
+            "grid": {"steps": b.grid_steps, "lrs": list(b.lrs), "seeds": list(b.grid_seeds)},
+            "main": {"steps": b.steps, "seeds": list(b.main_seeds)},
+        },
         "baselines": baselines(base_entries),
         "warm_start": {s: w["heldout"] for s, w in sorted(warm.items(), key=lambda x: int(x[0]))},
-        "logp_spread_start": {"per_seed": {s: w["logp_spread"] for s, w in warm.items()},
-                              "std_sum_median": float(np.median([x["std_sum_median"] for x in spread])) if spread else None,
-                              "std_mean_median": float(np.median([x["std_mean_median"] for x in spread])) if spread else None},
+        "logp_spread_start": {
+            "per_seed": {s: w["logp_spread"] for s, w in warm.items()},
+            "std_sum_median": float(np.median([x["std_sum_median"] for x in spread])) if spread else None,
+            "std_mean_median": float(np.median([x["std_mean_median"] for x in spread])) if spread else None,
+        },
         "grid": {arm: c["table"] for arm, c in choices.items()},
         "chosen_lr": {arm: c["lr"] for arm, c in choices.items()},
         "chosen_lr_at_grid_edge": {arm: c["at_grid_edge"] for arm, c in choices.items()},
         "chosen_lr_rule": " ".join(choose_lr.__doc__.split(". Returns")[0].split()),
-        "main": main_table, "resolution": RESOLUTION, "verdicts": _verdicts(main_by_arm), "paper_pattern": pattern,
-        "seconds_per_step": {arm: float(np.median([r["seconds_per_step"] for r in runs if r["arm"] == arm]))
-                             for arm in ARMS if any(r["arm"] == arm for r in runs)},
+        "main": main_table,
+        "resolution": RESOLUTION,
+        "verdicts": _verdicts(main_by_arm),
+        "paper_pattern": pattern,
+        "seconds_per_step": {
+            arm: float(np.median([r["seconds_per_step"] for r in runs if r["arm"] == arm]))
+            for arm in ARMS
+            if any(r["arm"] == arm for r in runs)
+        },
         "n_runs": {"grid": len(grid), "main": len(main)},
     }
     if expected_grid - have_grid:
@@ -935,11 +1243,18 @@ def summarize(out, budget: str, b: Budget | None = None, *, command: str | None 
     return summary
 
 
-FIGURE_PANELS = (("eval_success_t1", "held-out success, T = 1"), ("eval_success_greedy", "held-out success, greedy"),
-                 ("reward", "training reward"), ("zero_variance_frac", "groups with no signal"),
-                 ("completion_length", "completion length (tokens)"),
-                 ("tpo_tv", "TV(q, p_old): TPO"), ("tpo_entropy_p_old", "H(p_old): TPO"),
-                 ("abs_advantage", "mean |A|: GRPO"), ("grad_norm", "gradient norm"), ("entropy", "token entropy"))
+FIGURE_PANELS = (
+    ("eval_success_t1", "held-out success, T = 1"),
+    ("eval_success_greedy", "held-out success, greedy"),
+    ("reward", "training reward"),
+    ("zero_variance_frac", "groups with no signal"),
+    ("completion_length", "completion length (tokens)"),
+    ("tpo_tv", "TV(q, p_old): TPO"),
+    ("tpo_entropy_p_old", "H(p_old): TPO"),
+    ("abs_advantage", "mean |A|: GRPO"),
+    ("grad_norm", "gradient norm"),
+    ("entropy", "token entropy"),
+)
 
 
 def _load(out: pathlib.Path, meta) -> dict:
@@ -978,14 +1293,33 @@ def figure(out, b: Budget):
             mean = np.nanmean(y, 0)
             se = np.nan_to_num(seed_se(y, axis=0)) if len(y) > 1 else np.zeros_like(mean)
             row, col = n // 5 + 1, n % 5 + 1
-            fig.add_trace(go.Scatter(x=np.concatenate([x, x[::-1]]), y=np.concatenate([mean + se, (mean - se)[::-1]]),
-                                     fill="toself", fillcolor=c, opacity=0.12, line=dict(width=0), hoverinfo="skip",
-                                     showlegend=False, legendgroup=name), row, col)
-            fig.add_trace(go.Scatter(x=x, y=mean, name=name, legendgroup=name, showlegend=n == 0,
-                                     line=dict(color=c, dash=dash)), row, col)
+            fig.add_trace(
+                go.Scatter(
+                    x=np.concatenate([x, x[::-1]]),
+                    y=np.concatenate([mean + se, (mean - se)[::-1]]),
+                    fill="toself",
+                    fillcolor=c,
+                    opacity=0.12,
+                    line=dict(width=0),
+                    hoverinfo="skip",
+                    showlegend=False,
+                    legendgroup=name,
+                ),
+                row,
+                col,
+            )
+            fig.add_trace(
+                go.Scatter(x=x, y=mean, name=name, legendgroup=name, showlegend=n == 0, line=dict(color=c, dash=dash)),
+                row,
+                col,
+            )
     stage = "main stage, each arm at its chosen lr" if main else "learning-rate grid"
-    fig.update_layout(title=f"Sparse-reward graph colouring, small Llama through TRL: {stage}, seed mean ± 1 SE",
-                      template="plotly_white", height=640, legend=dict(orientation="h", y=-0.12))
+    fig.update_layout(
+        title=f"Sparse-reward graph colouring, small Llama through TRL: {stage}, seed mean ± 1 SE",
+        template="plotly_white",
+        height=640,
+        legend=dict(orientation="h", y=-0.12),
+    )
     fig.update_xaxes(title_text="optimizer step")
     return fig
 
@@ -999,8 +1333,18 @@ def figure_html(out, b: Budget) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # entry points
 
-def run_preset(name: str, budget: str, out=None, *, seeds: int | None = None, methods=None, partial: bool = False,
-               quiet: bool = False, command: str | None = None) -> dict:
+
+def run_preset(
+    name: str,
+    budget: str,
+    out=None,
+    *,
+    seeds: int | None = None,
+    methods=None,
+    partial: bool = False,
+    quiet: bool = False,
+    command: str | None = None,
+) -> dict:
     """``python -m tpo_core reproduce llm_sparse_coloring --budget B``: both stages (grid, then main), every arm
     (or ``methods``), ``seeds`` main seeds (0..seeds-1; default the budget's). ``partial``: summarise only."""
     if name not in PRESETS:
@@ -1011,15 +1355,17 @@ def run_preset(name: str, budget: str, out=None, *, seeds: int | None = None, me
         raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
     arms = methods
     out = pathlib.Path(out) if out else EXPERIMENTS[name].default_out(budget)
-    command = command or (f"python -m tpo_core reproduce {name} --budget {budget}" + (f" --seeds {seeds}" if seeds else "")
-                          + f" --out {out}")
+    command = command or (
+        f"python -m tpo_core reproduce {name} --budget {budget}"
+        + (f" --seeds {seeds}" if seeds else "")
+        + f" --out {out}"
+    )
     if partial and not out.is_dir():
         raise ValueError(f"out={str(out)!r} holds no finished run (nothing to summarise)")
     stage_seeds = None if seeds is None else tuple(range(seeds))
-    if not partial and stage_seeds is not None:            # the grid keeps its own seeds; --seeds sizes the main stage
+    if not partial and stage_seeds is not None:  # the grid keeps its own seeds; --seeds sizes the main stage
         run(budget, out, stage="grid", arms=tuple(arms or ARMS), quiet=quiet, command=command)
-        return run(budget, out, stage="main", arms=tuple(arms or ARMS), seeds=stage_seeds, quiet=quiet,
-                   command=command)
+        return run(budget, out, stage="main", arms=tuple(arms or ARMS), seeds=stage_seeds, quiet=quiet, command=command)
     return run(budget, out, stage="all", arms=tuple(arms or ARMS), quiet=quiet, train=not partial, command=command)
 
 
@@ -1046,27 +1392,44 @@ class SparseExperiment:
         """The grid (every arm x lr x grid seed), then the main stage (every arm x main seed at the lr the grid
         chooses: None until the grid is done)."""
         b = BUDGETS[budget]
-        grid = [{"stage": "grid", "arm": a, "lr": lr, "seed": s, "steps": b.grid_steps}
-                for a in ARMS for lr in b.lrs for s in b.grid_seeds]
-        return grid + [{"stage": "main", "arm": a, "lr": None, "seed": s, "steps": b.steps}
-                       for a in ARMS for s in b.main_seeds]
+        grid = [
+            {"stage": "grid", "arm": a, "lr": lr, "seed": s, "steps": b.grid_steps}
+            for a in ARMS
+            for lr in b.lrs
+            for s in b.grid_seeds
+        ]
+        return grid + [
+            {"stage": "main", "arm": a, "lr": None, "seed": s, "steps": b.steps} for a in ARMS for s in b.main_seeds
+        ]
 
     def default_out(self, budget: str) -> pathlib.Path:
         return pathlib.Path(f"results/{self.name}_{budget}")
 
-    def train(self, budget: str, out=None, *, seeds: int | None = None, only=None, partial: bool = False,
-              progress: bool = True, command: str | None = None, **options) -> dict:
+    def train(
+        self,
+        budget: str,
+        out=None,
+        *,
+        seeds: int | None = None,
+        only=None,
+        partial: bool = False,
+        progress: bool = True,
+        command: str | None = None,
+        **options,
+    ) -> dict:
         experiments.refuse_options(self, options, "a PyTorch + TRL run, not the JAX engine")
         if only is not None:
             bad = [m for m in only if m not in ARMS]
             if bad or not only:
-                raise ValueError(f"only must name methods of {self.name} ({', '.join(ARMS)}), "
-                                 f"got {', '.join(bad) or 'nothing'}")
-        return run_preset(self.name, budget, out, seeds=seeds, methods=only, partial=partial, quiet=not progress,
-                          command=command)
+                raise ValueError(
+                    f"only must name methods of {self.name} ({', '.join(ARMS)}), got {', '.join(bad) or 'nothing'}"
+                )
+        return run_preset(
+            self.name, budget, out, seeds=seeds, methods=only, partial=partial, quiet=not progress, command=command
+        )
 
     def metric_label(self, metric: str) -> str:
-        return metric     # the report names this experiment's metrics by their keys (SUMMARY_METRICS explains them)
+        return metric  # the report names this experiment's metrics by their keys (SUMMARY_METRICS explains them)
 
     def rows(self, summary: dict) -> list[dict]:
         return experiments.labelled_rows(summary, self.metric_label)
@@ -1075,12 +1438,19 @@ class SparseExperiment:
         return f"PyTorch + TRL ({__name__}), not the JAX engine"
 
     def list_text(self) -> str:
-        return "\n".join([f"{self.name:12s} {self.title}"] + experiments.budget_lines(
-            {key: f"lr grid {', '.join(f'{x:g}' for x in b.lrs)} x {len(b.grid_seeds)} seeds x {b.grid_steps} steps, "
-                  f"then {len(b.main_seeds)} seeds x {b.steps} steps; {b.note}" for key, b in BUDGETS.items()}))
+        return "\n".join(
+            [f"{self.name:12s} {self.title}"]
+            + experiments.budget_lines(
+                {
+                    key: f"lr grid {', '.join(f'{x:g}' for x in b.lrs)} x {len(b.grid_seeds)} seeds x {b.grid_steps} steps, "
+                    f"then {len(b.main_seeds)} seeds x {b.steps} steps; {b.note}"
+                    for key, b in BUDGETS.items()
+                }
+            )
+        )
 
 
-EXPERIMENTS = {name: SparseExperiment(name, what) for name, what in PRESETS.items()}   # this family's registry part
+EXPERIMENTS = {name: SparseExperiment(name, what) for name, what in PRESETS.items()}  # this family's registry part
 
 
 def _parse_ints(text: str, name: str) -> tuple:
@@ -1094,7 +1464,7 @@ def _parse_ints(text: str, name: str) -> tuple:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):                     # one line, no usage dump
+    def error(self, message):  # one line, no usage dump
         raise ValueError(message)
 
 
@@ -1130,8 +1500,18 @@ def main(argv=None) -> int:
         if args.summarize and not pathlib.Path(args.out).is_dir():
             raise ValueError(f"--out {args.out!r} does not exist (nothing to summarise)")
         command = "python -m tpo_core.lab.llm.sparse " + " ".join(argv if argv is not None else sys.argv[1:])
-        run(args.budget, args.out, stage=args.stage, arms=arms, seeds=seeds, num_iterations=iters,
-            cache=args.cache_dir, quiet=args.quiet, train=not args.summarize, command=command)
+        run(
+            args.budget,
+            args.out,
+            stage=args.stage,
+            arms=arms,
+            seeds=seeds,
+            num_iterations=iters,
+            cache=args.cache_dir,
+            quiet=args.quiet,
+            train=not args.summarize,
+            command=command,
+        )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -27,6 +27,7 @@ skipped; the setting in progress keeps its finished groups in ``spread.partial.j
 
     python -m tpo_core.lab.llm.spread --out results/llm_spread [--groups 16 --k 16 --settings v3,v6p5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,20 +43,40 @@ import numpy as np
 from .. import atomic_io
 from ..reproduce import experiments
 
-__all__ = ["SCORES", "ETAS", "DEFAULT_SETTINGS", "QUANTILES", "completion_mask", "token_logps", "sequence_scores",
-           "group_record", "grpo_abs_advantage", "shortcuts", "measure_setting", "run_spread", "summarize",
-           "figure", "figure_html", "main", "CLAIM", "EXPERIMENTS", "SpreadExperiment"]
+__all__ = [
+    "SCORES",
+    "ETAS",
+    "DEFAULT_SETTINGS",
+    "QUANTILES",
+    "completion_mask",
+    "token_logps",
+    "sequence_scores",
+    "group_record",
+    "grpo_abs_advantage",
+    "shortcuts",
+    "measure_setting",
+    "run_spread",
+    "summarize",
+    "figure",
+    "figure_html",
+    "main",
+    "CLAIM",
+    "EXPERIMENTS",
+    "SpreadExperiment",
+]
 
 SCORES = ("sum", "mean")
 ETAS = (1.0, 0.3, 0.1)
 DEFAULT_SETTINGS = ("v3", "v6p5")
 QUANTILES = (10, 25, 50, 75, 90)
-GRPO_STD_EPS = 1e-4                 # TRL's ``(std + 1e-4)`` in group-scaled advantages
-SUCCESS = 1.0                       # a reward ≥ this is a success (graph colouring: 1 proper, 0.01 any JSON, 0)
+GRPO_STD_EPS = 1e-4  # TRL's ``(std + 1e-4)`` in group-scaled advantages
+SUCCESS = 1.0  # a reward ≥ this is a success (graph colouring: 1 proper, 0.01 any JSON, 0)
 MODELS = ("smollm2", "tiny")
 SPREAD, PARTIAL, SUMMARY, FIGURE = "spread.json", "spread.partial.json", "summary.json", "figure.html"
-CLAIM = ("The paper's TPO target q ∝ p_old·e^{u/η} over the K completions of a prompt, with p_old the group softmax of "
-         "the sequence log-probs (§2); the paper runs no such measurement")
+CLAIM = (
+    "The paper's TPO target q ∝ p_old·e^{u/η} over the K completions of a prompt, with p_old the group softmax of "
+    "the sequence log-probs (§2); the paper runs no such measurement"
+)
 
 
 def _eta_key(eta: float) -> str:
@@ -88,7 +109,7 @@ def token_logps(model, prompt_ids, completion_ids, mask):
     t = completion_ids.size(1)
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=t + 1).logits[:, :-1]
-        logp = torch.log_softmax(logits.double(), dim=-1)          # temperature 1
+        logp = torch.log_softmax(logits.double(), dim=-1)  # temperature 1
     return logp.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
 
 
@@ -97,8 +118,11 @@ def sequence_scores(token_logp, mask) -> dict:
     from tpo_core.bridge.torch_ops import sequence_logp
 
     m = mask.to(token_logp.dtype)
-    return {"l_sum": sequence_logp(token_logp, m, "sum").numpy(), "l_mean": sequence_logp(token_logp, m, "mean").numpy(),
-            "length": m.sum(-1).numpy().astype(np.int64)}
+    return {
+        "l_sum": sequence_logp(token_logp, m, "sum").numpy(),
+        "l_mean": sequence_logp(token_logp, m, "mean").numpy(),
+        "length": m.sum(-1).numpy().astype(np.int64),
+    }
 
 
 def grpo_abs_advantage(rewards) -> np.ndarray:
@@ -124,19 +148,33 @@ def group_record(l_sum, l_mean, length, rewards, *, etas=ETAS) -> tuple[dict, di
 
     r = np.asarray(rewards, np.float64)
     success = r >= SUCCESS
-    better = r > r.min() + 1e-12          # the group's better class (e.g. the 0.01 JSON credit when nothing succeeds)
-    group = {"k": int(r.size), "n_success": int(success.sum()), "success_rate": float(success.mean()),
-             "mean_reward": float(r.mean()), "zero_variance": bool(r.std() <= 1e-6), "frac_above_min": float(better.mean()),
-             "frac_truncated": None, "l_sum": _spread(l_sum), "l_mean": _spread(l_mean), "length": _spread(length),
-             "scores": {}}
+    better = r > r.min() + 1e-12  # the group's better class (e.g. the 0.01 JSON credit when nothing succeeds)
+    group = {
+        "k": int(r.size),
+        "n_success": int(success.sum()),
+        "success_rate": float(success.mean()),
+        "mean_reward": float(r.mean()),
+        "zero_variance": bool(r.std() <= 1e-6),
+        "frac_above_min": float(better.mean()),
+        "frac_truncated": None,
+        "l_sum": _spread(l_sum),
+        "l_mean": _spread(l_mean),
+        "length": _spread(length),
+        "scores": {},
+    }
     per = {"p_old": {}, "q": {}}
     rt = torch.as_tensor(r, dtype=torch.float64)[None]
     for score, ell in (("sum", l_sum), ("mean", l_mean)):
         lt = torch.as_tensor(np.asarray(ell, np.float64), dtype=torch.float64)[None]
         log_p = torch.log_softmax(lt, -1)[0]
         p = log_p.exp()
-        entry = {"entropy_p_old": float(-(p * log_p).sum()), "p_old_mass_success": float(p[torch.as_tensor(success)].sum()),
-                 "p_old_mass_above_min": float(p[torch.as_tensor(better)].sum()), "p_old_max": float(p.max()), "eta": {}}
+        entry = {
+            "entropy_p_old": float(-(p * log_p).sum()),
+            "p_old_mass_success": float(p[torch.as_tensor(success)].sum()),
+            "p_old_mass_above_min": float(p[torch.as_tensor(better)].sum()),
+            "p_old_max": float(p.max()),
+            "eta": {},
+        }
         entry["effective_size"] = float(np.exp(entry["entropy_p_old"]))
         per["p_old"][score] = p.numpy()
         per["q"][score] = {}
@@ -148,7 +186,8 @@ def group_record(l_sum, l_mean, length, rewards, *, etas=ETAS) -> tuple[dict, di
                 "kl_q_p_old": float(torch.where(q > 0, q * (log_q - log_p), torch.zeros_like(q)).sum()),
                 "entropy_q": float(-(q * log_q).sum()),
                 "q_mass_success": float(q[torch.as_tensor(success)].sum()),
-                "q_mass_above_min": float(q[torch.as_tensor(better)].sum())}
+                "q_mass_above_min": float(q[torch.as_tensor(better)].sum()),
+            }
             per["q"][score][_eta_key(eta)] = q.numpy()
         group["scores"][score] = entry
     return group, per
@@ -157,7 +196,7 @@ def group_record(l_sum, l_mean, length, rewards, *, etas=ETAS) -> tuple[dict, di
 # ----------------------------------------------------------------------------------------------------------------
 # shortcuts: what a constant answer and a uniformly random colouring solve on the same puzzles
 # ----------------------------------------------------------------------------------------------------------------
-EXAMPLE_ANSWER = '{"0": 1, "1": 2, "2": 3}'        # Reasoning Gym's graph_color prompt shows this example
+EXAMPLE_ANSWER = '{"0": 1, "1": 2, "2": 3}'  # Reasoning Gym's graph_color prompt shows this example
 
 
 def shortcuts(reward, indices) -> dict | None:
@@ -179,8 +218,11 @@ def shortcuts(reward, indices) -> dict | None:
         colouring = dict(zip(vertices, combo))
         for i, p in enumerate(puzzles):
             solved[i, j] = verify_graph_coloring_solution(p, {v: colouring[v] for v in p["vertices"]})[0]
-    return {"example_answer": example, "best_constant": float(solved.mean(0).max()),
-            "random_colouring": float(solved.mean())}
+    return {
+        "example_answer": example,
+        "best_constant": float(solved.mean(0).max()),
+        "random_colouring": float(solved.mean()),
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -189,7 +231,7 @@ def shortcuts(reward, indices) -> dict | None:
 def _tiny_prompt(question: str) -> str:
     from .rlvr import _TINY_WORDS
 
-    words = set(_TINY_WORDS)       # as rlvr's smoke budget: the puzzle's numbers only (word-level vocabulary)
+    words = set(_TINY_WORDS)  # as rlvr's smoke budget: the puzzle's numbers only (word-level vocabulary)
     return " ".join([w for w in question.replace(".", " ").split() if w in words][:8] or ["0"])
 
 
@@ -203,22 +245,36 @@ def _eos_ids(model, tokenizer) -> list[int]:
 def _generation_config(tokenizer, eos_ids, config):
     from transformers import GenerationConfig
 
-    return GenerationConfig(max_new_tokens=config["max_new_tokens"], do_sample=True, pad_token_id=tokenizer.pad_token_id,
-                            bos_token_id=tokenizer.bos_token_id, eos_token_id=eos_ids,
-                            temperature=config["temperature"], top_p=config["top_p"], top_k=config["top_k"],
-                            min_p=None, repetition_penalty=1.0, disable_compile=True)
+    return GenerationConfig(
+        max_new_tokens=config["max_new_tokens"],
+        do_sample=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=eos_ids,
+        temperature=config["temperature"],
+        top_p=config["top_p"],
+        top_k=config["top_k"],
+        min_p=None,
+        repetition_penalty=1.0,
+        disable_compile=True,
+    )
 
 
 def _prompt_ids(tokenizer, question: str, chat: bool) -> list[int]:
     from .tasks import chat_prompt
 
-    if chat:    # TRL's _tokenize_prompts: apply_chat_template(add_generation_prompt=True, tokenize=True)
-        return list(tokenizer.apply_chat_template([chat_prompt(question)], add_generation_prompt=True, tokenize=True,
-                                                  return_dict=True)["input_ids"][0])
+    if chat:  # TRL's _tokenize_prompts: apply_chat_template(add_generation_prompt=True, tokenize=True)
+        return list(
+            tokenizer.apply_chat_template(
+                [chat_prompt(question)], add_generation_prompt=True, tokenize=True, return_dict=True
+            )["input_ids"][0]
+        )
     return list(tokenizer(text=[_tiny_prompt(question)])["input_ids"][0])
 
 
-def measure_group(model, tokenizer, reward, index: int, config: dict, seed: int, *, chat: bool = True) -> tuple[dict, list]:
+def measure_group(
+    model, tokenizer, reward, index: int, config: dict, seed: int, *, chat: bool = True
+) -> tuple[dict, list]:
     """Sample K completions for puzzle ``index``, score them, and compute the group record and per-completion rows."""
     import torch
 
@@ -229,13 +285,16 @@ def measure_group(model, tokenizer, reward, index: int, config: dict, seed: int,
     start = time.perf_counter()
     torch.manual_seed(seed)
     with torch.no_grad():
-        out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
-                             generation_config=_generation_config(tokenizer, eos_ids, config))
+        out = model.generate(
+            input_ids=prompt,
+            attention_mask=torch.ones_like(prompt),
+            generation_config=_generation_config(tokenizer, eos_ids, config),
+        )
     sampled = time.perf_counter()
-    completion = out[:, prompt.size(1):]
+    completion = out[:, prompt.size(1) :]
     mask, truncated = completion_mask(completion, eos_ids)
     texts = tokenizer.batch_decode([c[m.bool()].tolist() for c, m in zip(completion, mask)], skip_special_tokens=True)
-    completions = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts     # as TRL hands them
+    completions = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts  # as TRL hands them
     rewards = [reward.score(completion_text(c), index) for c in completions]
     seq = sequence_scores(token_logps(model, prompt, completion, mask), mask)
     group, per = group_record(seq["l_sum"], seq["l_mean"], seq["length"], rewards, etas=config["etas"])
@@ -247,26 +306,58 @@ def measure_group(model, tokenizer, reward, index: int, config: dict, seed: int,
     abs_adv = grpo_abs_advantage(rewards)
     rows = []
     for i in range(config["k"]):
-        rows.append({"i": i, "l_sum": float(seq["l_sum"][i]), "l_mean": float(seq["l_mean"][i]),
-                     "length": int(seq["length"][i]), "truncated": bool(truncated[i]), "reward": float(rewards[i]),
-                     "success": bool(rewards[i] >= SUCCESS), "grpo_abs_advantage": float(abs_adv[i]),
-                     "p_old": {s: float(per["p_old"][s][i]) for s in SCORES},
-                     "q": {s: {e: float(v[i]) for e, v in per["q"][s].items()} for s in SCORES},
-                     "text": texts[i]})
+        rows.append(
+            {
+                "i": i,
+                "l_sum": float(seq["l_sum"][i]),
+                "l_mean": float(seq["l_mean"][i]),
+                "length": int(seq["length"][i]),
+                "truncated": bool(truncated[i]),
+                "reward": float(rewards[i]),
+                "success": bool(rewards[i] >= SUCCESS),
+                "grpo_abs_advantage": float(abs_adv[i]),
+                "p_old": {s: float(per["p_old"][s][i]) for s in SCORES},
+                "q": {s: {e: float(v[i]) for e, v in per["q"][s].items()} for s in SCORES},
+                "text": texts[i],
+            }
+        )
     return group, rows
 
 
-def setting_config(task: str, setting: str, *, groups: int, k: int, model: str, max_new_tokens: int = 32,
-                   answer_format: str | None = None, seed: int = 0) -> dict:
+def setting_config(
+    task: str,
+    setting: str,
+    *,
+    groups: int,
+    k: int,
+    model: str,
+    max_new_tokens: int = 32,
+    answer_format: str | None = None,
+    seed: int = 0,
+) -> dict:
     """What one setting's measurement depends on (compared to skip a finished setting)."""
     from .tasks import TASKS
 
     answer_format = answer_format or ("lenient" if model == "smollm2" else "raw")
-    config = {"task": task, "setting": setting, "setting_kwargs": TASKS[task].settings[setting], "groups": groups,
-              "k": k, "max_new_tokens": max_new_tokens, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
-              "repetition_penalty": 1.0, "answer_format": answer_format, "data_seed": 0,
-              "n_prompts": max(64, groups), "sample_seed": seed, "model": model, "scores": list(SCORES),
-              "etas": list(ETAS)}
+    config = {
+        "task": task,
+        "setting": setting,
+        "setting_kwargs": TASKS[task].settings[setting],
+        "groups": groups,
+        "k": k,
+        "max_new_tokens": max_new_tokens,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "repetition_penalty": 1.0,
+        "answer_format": answer_format,
+        "data_seed": 0,
+        "n_prompts": max(64, groups),
+        "sample_seed": seed,
+        "model": model,
+        "scores": list(SCORES),
+        "etas": list(ETAS),
+    }
     return json.loads(json.dumps(config))
 
 
@@ -275,8 +366,13 @@ def measure_setting(model, tokenizer, config: dict, *, out=None, chat: bool = Tr
     from there when its config matches)."""
     from .tasks import train_prompts
 
-    _, reward = train_prompts(config["task"], config["n_prompts"], seed=config["data_seed"], setting=config["setting"],
-                              answer_format=config["answer_format"])
+    _, reward = train_prompts(
+        config["task"],
+        config["n_prompts"],
+        seed=config["data_seed"],
+        setting=config["setting"],
+        answer_format=config["answer_format"],
+    )
     partial_path = None if out is None else pathlib.Path(out) / PARTIAL
     groups, completions = [], []
     if partial_path is not None and partial_path.is_file():
@@ -287,7 +383,10 @@ def measure_setting(model, tokenizer, config: dict, *, out=None, chat: bool = Tr
         if saved.get("config") == config:
             groups, completions = saved["groups"], saved["completions"]
             if not quiet:
-                print(f"tpo_core.lab.llm.spread: {config['setting']}: resuming after {len(groups)} finished group(s)", flush=True)
+                print(
+                    f"tpo_core.lab.llm.spread: {config['setting']}: resuming after {len(groups)} finished group(s)",
+                    flush=True,
+                )
     start = time.perf_counter()
     for g in range(len(groups), config["groups"]):
         seed = config["sample_seed"] * 1_000_003 + g
@@ -299,15 +398,22 @@ def measure_setting(model, tokenizer, config: dict, *, out=None, chat: bool = Tr
             atomic_io.write_json(partial_path, {"config": config, "groups": groups, "completions": completions})
         if not quiet:
             s = group["scores"]
-            print(f"tpo_core.lab.llm.spread: {config['setting']} group {g + 1}/{config['groups']}: "
-                  f"{group['n_success']}/{group['k']} successes, std l_sum {group['l_sum']['std']:.2f} "
-                  f"l_mean {group['l_mean']['std']:.3f}, TV(eta=1) sum {s['sum']['eta']['1']['tv']:.2e} "
-                  f"mean {s['mean']['eta']['1']['tv']:.3f} ({group['sample_seconds']:.0f} s sampling, "
-                  f"{group['forward_seconds']:.1f} s forward)", flush=True)
-    return {"config": config, "groups": groups, "completions": completions,
-            "seconds_this_process": time.perf_counter() - start,
-            "seconds": float(sum(g["sample_seconds"] + g["forward_seconds"] for g in groups)),
-            "shortcuts": shortcuts(reward, range(config["groups"]))}
+            print(
+                f"tpo_core.lab.llm.spread: {config['setting']} group {g + 1}/{config['groups']}: "
+                f"{group['n_success']}/{group['k']} successes, std l_sum {group['l_sum']['std']:.2f} "
+                f"l_mean {group['l_mean']['std']:.3f}, TV(eta=1) sum {s['sum']['eta']['1']['tv']:.2e} "
+                f"mean {s['mean']['eta']['1']['tv']:.3f} ({group['sample_seconds']:.0f} s sampling, "
+                f"{group['forward_seconds']:.1f} s forward)",
+                flush=True,
+            )
+    return {
+        "config": config,
+        "groups": groups,
+        "completions": completions,
+        "seconds_this_process": time.perf_counter() - start,
+        "seconds": float(sum(g["sample_seconds"] + g["forward_seconds"] for g in groups)),
+        "shortcuts": shortcuts(reward, range(config["groups"])),
+    }
 
 
 def _refresh(record: dict) -> bool:
@@ -316,8 +422,13 @@ def _refresh(record: dict) -> bool:
     changed = False
     for group in record["groups"]:
         rows = [r for r in record["completions"] if r["group"] == group["group"]]
-        again, _ = group_record([r["l_sum"] for r in rows], [r["l_mean"] for r in rows], [r["length"] for r in rows],
-                                [r["reward"] for r in rows], etas=record["config"]["etas"])
+        again, _ = group_record(
+            [r["l_sum"] for r in rows],
+            [r["l_mean"] for r in rows],
+            [r["length"] for r in rows],
+            [r["reward"] for r in rows],
+            etas=record["config"]["etas"],
+        )
         again = json.loads(json.dumps({k: v for k, v in again.items() if k != "frac_truncated"}))
         if any(group.get(k) != v for k, v in again.items()):
             group.update(again)
@@ -337,9 +448,20 @@ def _load_model(model: str, model_path, quiet: bool):
     return loaded.model.eval(), loaded.tokenizer, loaded.message, True
 
 
-def run_spread(out, *, task: str = "graph_coloring", settings=DEFAULT_SETTINGS, groups: int = 16, k: int = 16,
-               max_new_tokens: int = 32, model: str = "smollm2", model_path=None, answer_format: str | None = None,
-               seed: int = 0, quiet: bool = False) -> dict:
+def run_spread(
+    out,
+    *,
+    task: str = "graph_coloring",
+    settings=DEFAULT_SETTINGS,
+    groups: int = 16,
+    k: int = 16,
+    max_new_tokens: int = 32,
+    model: str = "smollm2",
+    model_path=None,
+    answer_format: str | None = None,
+    seed: int = 0,
+    quiet: bool = False,
+) -> dict:
     """Measure every setting not already in ``out/spread.json`` with this config; write ``spread.json``,
     ``summary.json`` and ``figure.html``; return the summary."""
     from .tasks import ANSWER_FORMATS, _check
@@ -364,13 +486,21 @@ def run_spread(out, *, task: str = "graph_coloring", settings=DEFAULT_SETTINGS, 
     data.setdefault("settings", {})
     loaded = None
     for s in settings:
-        config = setting_config(task, s, groups=groups, k=k, model=model, max_new_tokens=max_new_tokens,
-                                answer_format=answer_format, seed=seed)
+        config = setting_config(
+            task,
+            s,
+            groups=groups,
+            k=k,
+            model=model,
+            max_new_tokens=max_new_tokens,
+            answer_format=answer_format,
+            seed=seed,
+        )
         key = f"{task}/{s}"
         if data["settings"].get(key, {}).get("config") == config:
             if not quiet:
                 print(f"tpo_core.lab.llm.spread: {key} already done in {out}, skipped", flush=True)
-            if _refresh(data["settings"][key]):        # derived group fields of an older version of this module
+            if _refresh(data["settings"][key]):  # derived group fields of an older version of this module
                 atomic_io.write_json(path, data)
             continue
         if loaded is None:
@@ -402,12 +532,14 @@ def _quantiles(x) -> dict | None:
     return {f"q{q}": float(np.percentile(x, q)) for q in QUANTILES} | {"mean": float(x.mean()), "n": int(x.size)}
 
 
-REPORT_ROWS = (("tv_eta1", "median TV(q, p_old), η = 1 (groups whose rewards vary)"),
-               ("tv_eta0.1", "median TV(q, p_old), η = 0.1 (groups whose rewards vary)"),
-               ("entropy_p_old", "median H(p_old) (nats; ln K = uniform)"),
-               ("mass_better", "median p_old mass on the group's better reward class (groups whose rewards vary)"),
-               ("share_better", "median share of the better reward class in the sample (same groups)"),
-               ("std_score", "median within-group std of the score (nats)"))
+REPORT_ROWS = (
+    ("tv_eta1", "median TV(q, p_old), η = 1 (groups whose rewards vary)"),
+    ("tv_eta0.1", "median TV(q, p_old), η = 0.1 (groups whose rewards vary)"),
+    ("entropy_p_old", "median H(p_old) (nats; ln K = uniform)"),
+    ("mass_better", "median p_old mass on the group's better reward class (groups whose rewards vary)"),
+    ("share_better", "median share of the better reward class in the sample (same groups)"),
+    ("std_score", "median within-group std of the score (nats)"),
+)
 
 
 def _report_rows(settings: dict) -> list[dict]:
@@ -417,17 +549,30 @@ def _report_rows(settings: dict) -> list[dict]:
         for s in settings.values():
             for score in SCORES:
                 sc = s["scores"][score]
-                value = {"tv_eta1": (sc["eta"].get("1") or {}).get("tv_signal"),
-                         "tv_eta0.1": (sc["eta"].get("0.1") or {}).get("tv_signal"),
-                         "entropy_p_old": sc["entropy_p_old"], "mass_better": sc["signal"]["p_old_mass_above_min"],
-                         "share_better": sc["signal"]["frac_above_min"],
-                         "std_score": s["within_group"][f"l_{score}_std"]}[metric]
+                value = {
+                    "tv_eta1": (sc["eta"].get("1") or {}).get("tv_signal"),
+                    "tv_eta0.1": (sc["eta"].get("0.1") or {}).get("tv_signal"),
+                    "entropy_p_old": sc["entropy_p_old"],
+                    "mass_better": sc["signal"]["p_old_mass_above_min"],
+                    "share_better": sc["signal"]["frac_above_min"],
+                    "std_score": s["within_group"][f"l_{score}_std"],
+                }[metric]
                 if value is None:
                     continue
-                rows.append({"key": f"{s['config']['setting']} {score}", "metric": label, "ours": value["q50"],
-                             "se": None, "seeds": [s["config"]["sample_seed"]], "length": s["n_groups"],
-                             "comparable": False, "paper": None, "paper_text": "no paper number at this setting",
-                             "verdict": None})
+                rows.append(
+                    {
+                        "key": f"{s['config']['setting']} {score}",
+                        "metric": label,
+                        "ours": value["q50"],
+                        "se": None,
+                        "seeds": [s["config"]["sample_seed"]],
+                        "length": s["n_groups"],
+                        "comparable": False,
+                        "paper": None,
+                        "paper_text": "no paper number at this setting",
+                        "verdict": None,
+                    }
+                )
     return rows
 
 
@@ -442,61 +587,95 @@ def summarize(data: dict, out=None) -> dict:
         groups, rows = rec["groups"], rec["completions"]
         signal = [g for g in groups if not g["zero_variance"]]
         mixed = [g for g in groups if 0 < g["n_success"] < g["k"]]
-        s = {"config": rec["config"], "model": rec.get("model"), "seconds": rec.get("seconds"),
-             "shortcuts": rec.get("shortcuts"), "n_groups": len(groups), "n_signal_groups": len(signal),
-             "n_mixed_groups": len(mixed),
-             "success_rate": float(np.mean([r["success"] for r in rows])),
-             "mean_reward": float(np.mean([r["reward"] for r in rows])),
-             "frac_truncated": float(np.mean([r["truncated"] for r in rows])),
-             "mean_length": float(np.mean([r["length"] for r in rows])),
-             "within_group": {f"{name}_{stat}": _quantiles([g[name][stat] for g in groups])
-                              for name in ("l_sum", "l_mean", "length") for stat in ("std", "range")},
-             "grpo_abs_advantage_signal": _quantiles([r["grpo_abs_advantage"] for r in rows
-                                                      if not groups[r["group"]]["zero_variance"]]),
-             "scores": {}}
+        s = {
+            "config": rec["config"],
+            "model": rec.get("model"),
+            "seconds": rec.get("seconds"),
+            "shortcuts": rec.get("shortcuts"),
+            "n_groups": len(groups),
+            "n_signal_groups": len(signal),
+            "n_mixed_groups": len(mixed),
+            "success_rate": float(np.mean([r["success"] for r in rows])),
+            "mean_reward": float(np.mean([r["reward"] for r in rows])),
+            "frac_truncated": float(np.mean([r["truncated"] for r in rows])),
+            "mean_length": float(np.mean([r["length"] for r in rows])),
+            "within_group": {
+                f"{name}_{stat}": _quantiles([g[name][stat] for g in groups])
+                for name in ("l_sum", "l_mean", "length")
+                for stat in ("std", "range")
+            },
+            "grpo_abs_advantage_signal": _quantiles(
+                [r["grpo_abs_advantage"] for r in rows if not groups[r["group"]]["zero_variance"]]
+            ),
+            "scores": {},
+        }
         for score in SCORES:
             entries = [g["scores"][score] for g in groups]
-            sc = {"entropy_p_old": _quantiles([e["entropy_p_old"] for e in entries]),
-                  "effective_size": _quantiles([e["effective_size"] for e in entries]),
-                  "p_old_max": _quantiles([e["p_old_max"] for e in entries]),
-                  "mixed": {"p_old_mass_success": _quantiles([g["scores"][score]["p_old_mass_success"] for g in mixed]),
-                            "success_rate": _quantiles([g["success_rate"] for g in mixed]),
-                            "frac_mass_above_rate": (float(np.mean([g["scores"][score]["p_old_mass_success"]
-                                                                     > g["success_rate"] for g in mixed]))
-                                                     if mixed else None)},
-                  "signal": {"p_old_mass_above_min": _quantiles([g["scores"][score]["p_old_mass_above_min"] for g in signal]),
-                             "frac_above_min": _quantiles([g["frac_above_min"] for g in signal]),
-                             "frac_mass_above_rate": (float(np.mean([g["scores"][score]["p_old_mass_above_min"]
-                                                                      > g["frac_above_min"] for g in signal]))
-                                                      if signal else None)},
-                  "eta": {}}
+            sc = {
+                "entropy_p_old": _quantiles([e["entropy_p_old"] for e in entries]),
+                "effective_size": _quantiles([e["effective_size"] for e in entries]),
+                "p_old_max": _quantiles([e["p_old_max"] for e in entries]),
+                "mixed": {
+                    "p_old_mass_success": _quantiles([g["scores"][score]["p_old_mass_success"] for g in mixed]),
+                    "success_rate": _quantiles([g["success_rate"] for g in mixed]),
+                    "frac_mass_above_rate": (
+                        float(np.mean([g["scores"][score]["p_old_mass_success"] > g["success_rate"] for g in mixed]))
+                        if mixed
+                        else None
+                    ),
+                },
+                "signal": {
+                    "p_old_mass_above_min": _quantiles([g["scores"][score]["p_old_mass_above_min"] for g in signal]),
+                    "frac_above_min": _quantiles([g["frac_above_min"] for g in signal]),
+                    "frac_mass_above_rate": (
+                        float(
+                            np.mean([g["scores"][score]["p_old_mass_above_min"] > g["frac_above_min"] for g in signal])
+                        )
+                        if signal
+                        else None
+                    ),
+                },
+                "eta": {},
+            }
             for eta in rec["config"]["etas"]:
                 e = _eta_key(eta)
-                abs_pq = [abs(r["p_old"][score] - r["q"][score][e]) for r in rows
-                          if not groups[r["group"]]["zero_variance"]]
-                sc["eta"][e] = {"tv": _quantiles([x["eta"][e]["tv"] for x in entries]),
-                                "tv_signal": _quantiles([g["scores"][score]["eta"][e]["tv"] for g in signal]),
-                                "kl_q_p_old_signal": _quantiles([g["scores"][score]["eta"][e]["kl_q_p_old"] for g in signal]),
-                                "q_mass_success_mixed": _quantiles([g["scores"][score]["eta"][e]["q_mass_success"]
-                                                                    for g in mixed]),
-                                "abs_p_minus_q_signal": _quantiles(abs_pq)}
+                abs_pq = [
+                    abs(r["p_old"][score] - r["q"][score][e]) for r in rows if not groups[r["group"]]["zero_variance"]
+                ]
+                sc["eta"][e] = {
+                    "tv": _quantiles([x["eta"][e]["tv"] for x in entries]),
+                    "tv_signal": _quantiles([g["scores"][score]["eta"][e]["tv"] for g in signal]),
+                    "kl_q_p_old_signal": _quantiles([g["scores"][score]["eta"][e]["kl_q_p_old"] for g in signal]),
+                    "q_mass_success_mixed": _quantiles([g["scores"][score]["eta"][e]["q_mass_success"] for g in mixed]),
+                    "abs_p_minus_q_signal": _quantiles(abs_pq),
+                }
             s["scores"][score] = sc
         out_settings[key] = s
     configs = [rec["config"] for rec in data["settings"].values()]
     first = configs[0]
-    command = (f"python -m tpo_core.lab.llm.spread --out {out if out is not None else 'OUT'} --task {first['task']} "
-               f"--settings {','.join(c['setting'] for c in configs)} --groups {first['groups']} --k {first['k']}")
+    command = (
+        f"python -m tpo_core.lab.llm.spread --out {out if out is not None else 'OUT'} --task {first['task']} "
+        f"--settings {','.join(c['setting'] for c in configs)} --groups {first['groups']} --k {first['k']}"
+    )
     summary |= {
-        "preset": "llm_spread", "budget": "cpu", "kind": "llm",
+        "preset": "llm_spread",
+        "budget": "cpu",
+        "kind": "llm",
         "title": SpreadExperiment.title,
         "claim": CLAIM,
         "paper_setting": "verl, Qwen3-1.7B and DeepSeek-R1-Distill-Qwen-1.5B; this repository samples "
-                         "SmolLM2-135M-Instruct as tpo_core.lab.llm.rlvr's cpu budget does through TRL",
-        "budget_note": (f"{first['groups']} puzzles x K = {first['k']} completions of ≤ {first['max_new_tokens']} tokens "
-                        f"per setting ({', '.join(c['setting'] for c in configs)}), T = 1, the starting model, "
-                        "float64 group maths; each row is a median over groups"),
-        "command": command, "train_seconds": float(sum(rec.get("seconds", 0.0) for rec in data["settings"].values())),
-        "devices": 1, "metrics": [label for _, label in REPORT_ROWS], "rows": _report_rows(out_settings)}
+        "SmolLM2-135M-Instruct as tpo_core.lab.llm.rlvr's cpu budget does through TRL",
+        "budget_note": (
+            f"{first['groups']} puzzles x K = {first['k']} completions of ≤ {first['max_new_tokens']} tokens "
+            f"per setting ({', '.join(c['setting'] for c in configs)}), T = 1, the starting model, "
+            "float64 group maths; each row is a median over groups"
+        ),
+        "command": command,
+        "train_seconds": float(sum(rec.get("seconds", 0.0) for rec in data["settings"].values())),
+        "devices": 1,
+        "metrics": [label for _, label in REPORT_ROWS],
+        "rows": _report_rows(out_settings),
+    }
     return summary
 
 
@@ -521,12 +700,23 @@ def figure(out):
     data = json.loads((pathlib.Path(out) / SPREAD).read_text())
     settings = list(data["settings"])
     palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
-    colour = {(s, score): palette[(2 * i + j) % len(palette)] for i, s in enumerate(settings)
-              for j, score in enumerate(SCORES)}
-    fig = make_subplots(rows=2, cols=3, subplot_titles=[
-        "TV(q, p_old) per group (groups whose rewards vary)", "H(p_old) per group (ln K dashed)",
-        "within-group std", "|p_i − q_i| (η = 1) vs GRPO's |A_i|", "p_old mass on successes vs success rate",
-        "ℓ_sum vs length per completion"])
+    colour = {
+        (s, score): palette[(2 * i + j) % len(palette)]
+        for i, s in enumerate(settings)
+        for j, score in enumerate(SCORES)
+    }
+    fig = make_subplots(
+        rows=2,
+        cols=3,
+        subplot_titles=[
+            "TV(q, p_old) per group (groups whose rewards vary)",
+            "H(p_old) per group (ln K dashed)",
+            "within-group std",
+            "|p_i − q_i| (η = 1) vs GRPO's |A_i|",
+            "p_old mass on successes vs success rate",
+            "ℓ_sum vs length per completion",
+        ],
+    )
     floor = 1e-12
     ln_k = None
     for key in settings:
@@ -538,39 +728,122 @@ def figure(out):
         for score in SCORES:
             c, label = colour[(key, score)], f"{name} {score}"
             x = [f"η={e}" for e in rec["config"]["etas"] for _ in signal]
-            y = [max(g["scores"][score]["eta"][_eta_key(e)]["tv"], floor) for e in rec["config"]["etas"] for g in signal]
-            fig.add_trace(go.Box(x=x, y=y, name=label, legendgroup=label, marker_color=c, boxpoints="all",
-                                 jitter=0.4, pointpos=0, offsetgroup=label), 1, 1)
-            fig.add_trace(go.Box(x=[name] * len(groups), y=[g["scores"][score]["entropy_p_old"] for g in groups],
-                                 name=label, legendgroup=label, marker_color=c, boxpoints="all", jitter=0.4,
-                                 pointpos=0, offsetgroup=label, showlegend=False), 1, 2)
+            y = [
+                max(g["scores"][score]["eta"][_eta_key(e)]["tv"], floor) for e in rec["config"]["etas"] for g in signal
+            ]
+            fig.add_trace(
+                go.Box(
+                    x=x,
+                    y=y,
+                    name=label,
+                    legendgroup=label,
+                    marker_color=c,
+                    boxpoints="all",
+                    jitter=0.4,
+                    pointpos=0,
+                    offsetgroup=label,
+                ),
+                1,
+                1,
+            )
+            fig.add_trace(
+                go.Box(
+                    x=[name] * len(groups),
+                    y=[g["scores"][score]["entropy_p_old"] for g in groups],
+                    name=label,
+                    legendgroup=label,
+                    marker_color=c,
+                    boxpoints="all",
+                    jitter=0.4,
+                    pointpos=0,
+                    offsetgroup=label,
+                    showlegend=False,
+                ),
+                1,
+                2,
+            )
             keep = [r for r in rows if not groups[r["group"]]["zero_variance"]]
-            fig.add_trace(go.Scatter(x=[r["grpo_abs_advantage"] for r in keep],
-                                     y=[max(abs(r["p_old"][score] - r["q"][score]["1"]), floor) for r in keep],
-                                     mode="markers", name=label, legendgroup=label, showlegend=False,
-                                     marker=dict(color=c, size=5, opacity=0.6,
-                                                 symbol=["circle" if r["success"] else "x" for r in keep]),
-                                     text=[r["text"][:60] for r in keep]), 2, 1)
+            fig.add_trace(
+                go.Scatter(
+                    x=[r["grpo_abs_advantage"] for r in keep],
+                    y=[max(abs(r["p_old"][score] - r["q"][score]["1"]), floor) for r in keep],
+                    mode="markers",
+                    name=label,
+                    legendgroup=label,
+                    showlegend=False,
+                    marker=dict(color=c, size=5, opacity=0.6, symbol=["circle" if r["success"] else "x" for r in keep]),
+                    text=[r["text"][:60] for r in keep],
+                ),
+                2,
+                1,
+            )
             mixed = [g for g in groups if 0 < g["n_success"] < g["k"]]
-            fig.add_trace(go.Scatter(x=[g["success_rate"] for g in mixed],
-                                     y=[g["scores"][score]["p_old_mass_success"] for g in mixed], mode="markers",
-                                     name=label, legendgroup=label, showlegend=False, marker=dict(color=c, size=7)), 2, 2)
+            fig.add_trace(
+                go.Scatter(
+                    x=[g["success_rate"] for g in mixed],
+                    y=[g["scores"][score]["p_old_mass_success"] for g in mixed],
+                    mode="markers",
+                    name=label,
+                    legendgroup=label,
+                    showlegend=False,
+                    marker=dict(color=c, size=7),
+                ),
+                2,
+                2,
+            )
         stds = [("ℓ_sum", "l_sum"), ("ℓ_mean", "l_mean"), ("length", "length")]
-        fig.add_trace(go.Box(x=[lab for lab, f in stds for _ in groups], y=[g[f]["std"] for _, f in stds for g in groups],
-                             name=name, marker_color=colour[(key, "sum")], boxpoints="all", jitter=0.4, pointpos=0,
-                             offsetgroup=name, legendgroup=f"{name} sum", showlegend=False), 1, 3)
-        fig.add_trace(go.Scatter(x=[r["length"] for r in rows], y=[r["l_sum"] for r in rows], mode="markers",
-                                 name=name, legendgroup=f"{name} sum", showlegend=False,
-                                 marker=dict(color=colour[(key, "sum")], size=5, opacity=0.6,
-                                             symbol=["circle" if r["success"] else "x" for r in rows]),
-                                 text=[r["text"][:60] for r in rows]), 2, 3)
+        fig.add_trace(
+            go.Box(
+                x=[lab for lab, f in stds for _ in groups],
+                y=[g[f]["std"] for _, f in stds for g in groups],
+                name=name,
+                marker_color=colour[(key, "sum")],
+                boxpoints="all",
+                jitter=0.4,
+                pointpos=0,
+                offsetgroup=name,
+                legendgroup=f"{name} sum",
+                showlegend=False,
+            ),
+            1,
+            3,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[r["length"] for r in rows],
+                y=[r["l_sum"] for r in rows],
+                mode="markers",
+                name=name,
+                legendgroup=f"{name} sum",
+                showlegend=False,
+                marker=dict(
+                    color=colour[(key, "sum")],
+                    size=5,
+                    opacity=0.6,
+                    symbol=["circle" if r["success"] else "x" for r in rows],
+                ),
+                text=[r["text"][:60] for r in rows],
+            ),
+            2,
+            3,
+        )
     if ln_k is not None:
         fig.add_hline(y=float(ln_k), line_dash="dash", line_color="gray", row=1, col=2)
-    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"), name="mass = rate",
-                             showlegend=False), 2, 2)
-    fig.update_layout(boxmode="group", template="plotly_white", height=760,
-                      title="The starting SmolLM2's sequence log-prob spread: summed vs mean log-probs "
-                            "(circles: successes, x: failures)", legend=dict(orientation="h", y=-0.08))
+    fig.add_trace(
+        go.Scatter(
+            x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="gray"), name="mass = rate", showlegend=False
+        ),
+        2,
+        2,
+    )
+    fig.update_layout(
+        boxmode="group",
+        template="plotly_white",
+        height=760,
+        title="The starting SmolLM2's sequence log-prob spread: summed vs mean log-probs "
+        "(circles: successes, x: failures)",
+        legend=dict(orientation="h", y=-0.08),
+    )
     fig.update_yaxes(type="log", row=1, col=1, title_text="TV")
     fig.update_yaxes(title_text="nats", row=1, col=2)
     fig.update_yaxes(type="log", row=2, col=1, title_text="|p − q|")
@@ -593,14 +866,18 @@ class SpreadExperiment:
     line, ``python -m tpo_core.lab.llm.spread``)."""
 
     name: str = "llm_spread"
-    title: str = ("The starting SmolLM2's within-group sequence log-prob spread: why TPO with summed log-probs barely "
-                  "moves its target (no training)")
+    title: str = (
+        "The starting SmolLM2's within-group sequence log-prob spread: why TPO with summed log-probs barely "
+        "moves its target (no training)"
+    )
     claim: str = CLAIM
     budgets: tuple = ("cpu",)
 
     def budget_note(self, budget: str) -> str:
-        return (f"SmolLM2-135M-Instruct, 16 puzzles x K = 16 completions of ≤ 32 tokens per setting "
-                f"({', '.join(DEFAULT_SETTINGS)}), T = 1, sampling and scoring only")
+        return (
+            f"SmolLM2-135M-Instruct, 16 puzzles x K = 16 completions of ≤ 32 tokens per setting "
+            f"({', '.join(DEFAULT_SETTINGS)}), T = 1, sampling and scoring only"
+        )
 
     def plan(self, budget: str) -> list:
         return [{"setting": s, "groups": 16, "k": 16} for s in DEFAULT_SETTINGS]
@@ -608,15 +885,28 @@ class SpreadExperiment:
     def default_out(self, budget: str) -> pathlib.Path:
         return pathlib.Path(f"results/{self.name}")
 
-    def train(self, budget: str, out=None, *, seeds=None, only=None, partial: bool = False, progress: bool = True,
-              command=None, **options) -> dict:
-        experiments.refuse_options(self, dict(seeds=seeds, only=only, partial=partial, **options),
-                                   "a measurement of the starting model: nothing is trained")
+    def train(
+        self,
+        budget: str,
+        out=None,
+        *,
+        seeds=None,
+        only=None,
+        partial: bool = False,
+        progress: bool = True,
+        command=None,
+        **options,
+    ) -> dict:
+        experiments.refuse_options(
+            self,
+            dict(seeds=seeds, only=only, partial=partial, **options),
+            "a measurement of the starting model: nothing is trained",
+        )
         experiments.check_budget(self, budget)
         return run_spread(self.default_out(budget) if out is None else out, quiet=not progress)
 
     def metric_label(self, metric: str) -> str:
-        return metric     # the summary's metrics are their labels already (REPORT_ROWS)
+        return metric  # the summary's metrics are their labels already (REPORT_ROWS)
 
     def rows(self, summary: dict) -> list[dict]:
         return experiments.labelled_rows(summary, self.metric_label)
@@ -625,11 +915,12 @@ class SpreadExperiment:
         return f"PyTorch ({__name__}): the starting model sampled and scored, no training"
 
     def list_text(self) -> str:
-        return "\n".join([f"{self.name:12s} {self.title}"] + experiments.budget_lines(
-            {b: self.budget_note(b) for b in self.budgets}))
+        return "\n".join(
+            [f"{self.name:12s} {self.title}"] + experiments.budget_lines({b: self.budget_note(b) for b in self.budgets})
+        )
 
 
-EXPERIMENTS = {e.name: e for e in (SpreadExperiment(),)}      # this family's part of the registry
+EXPERIMENTS = {e.name: e for e in (SpreadExperiment(),)}  # this family's part of the registry
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -646,7 +937,7 @@ def _positive_int(name: str, text: str, low: int) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):             # argparse's usage errors: the one ``error: ...`` line of main, exit 2
+    def error(self, message):  # argparse's usage errors: the one ``error: ...`` line of main, exit 2
         raise ValueError(message)
 
 
@@ -687,8 +978,18 @@ def main(argv=None) -> int:
             import torch
 
             torch.set_num_threads(_positive_int("threads", args.threads, 1))
-        run_spread(args.out, task=args.task, settings=settings, groups=groups, k=k, max_new_tokens=max_new,
-                   model=args.model, model_path=args.model_path, answer_format=args.answer_format, seed=seed)
+        run_spread(
+            args.out,
+            task=args.task,
+            settings=settings,
+            groups=groups,
+            k=k,
+            max_new_tokens=max_new,
+            model=args.model,
+            model_path=args.model_path,
+            answer_format=args.answer_format,
+            seed=seed,
+        )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

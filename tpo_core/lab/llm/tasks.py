@@ -15,39 +15,62 @@ leg_counting     ``leg_counting``       arithmetic word problems ("how many legs
 gsm_symbolic     ``gsm_symbolic``       GSM8K-style templates (one difficulty in this version); 1 exact, 0.01 any number
 ===============  =====================  ============================================================
 """
+
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["TASKS", "ANSWER_FORMATS", "TaskSpec", "make_dataset", "chat_prompt", "completion_text", "extract_answer", "RGReward",
-           "train_prompts", "success_rate"]
+__all__ = [
+    "TASKS",
+    "ANSWER_FORMATS",
+    "TaskSpec",
+    "make_dataset",
+    "chat_prompt",
+    "completion_text",
+    "extract_answer",
+    "RGReward",
+    "train_prompts",
+    "success_rate",
+]
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    dataset: str                                 # Reasoning Gym name
+    dataset: str  # Reasoning Gym name
     settings: dict = field(default_factory=dict)  # name -> config kwargs
-    default: str = ""                            # the setting used for training (picked from the measurement)
+    default: str = ""  # the setting used for training (picked from the measurement)
 
 
 TASKS = {
-    "graph_coloring": TaskSpec("graph_color", {
-        "v3": dict(num_colors=3, min_num_vertices=3, max_num_vertices=3, edge_probability=0.4),
-        "v4": dict(num_colors=3, min_num_vertices=4, max_num_vertices=4, edge_probability=0.3),
-        "v6": dict(num_colors=3, min_num_vertices=6, max_num_vertices=6, edge_probability=0.2),
-        # no shortcut (tpo_core.lab.llm.spread): a constant answer solves ≈ 18 %, a random colouring ≈ 7 %
-        "v6p5": dict(num_colors=3, min_num_vertices=6, max_num_vertices=6, edge_probability=0.5),
-    }, default="v3"),
-    "knights_knaves": TaskSpec("knights_knaves", {
-        "p2": dict(n_people=2, depth_constraint=2, width_constraint=2),
-        "p3": dict(n_people=3, depth_constraint=2, width_constraint=2),
-    }, default="p2"),
-    "leg_counting": TaskSpec("leg_counting", {
-        "a1": dict(min_animals=1, max_animals=1, min_instances=1, max_instances=3),
-        "a2": dict(min_animals=2, max_animals=2, min_instances=1, max_instances=5),
-        "a3": dict(min_animals=3, max_animals=3, min_instances=1, max_instances=10),
-    }, default="a2"),
+    "graph_coloring": TaskSpec(
+        "graph_color",
+        {
+            "v3": dict(num_colors=3, min_num_vertices=3, max_num_vertices=3, edge_probability=0.4),
+            "v4": dict(num_colors=3, min_num_vertices=4, max_num_vertices=4, edge_probability=0.3),
+            "v6": dict(num_colors=3, min_num_vertices=6, max_num_vertices=6, edge_probability=0.2),
+            # no shortcut (tpo_core.lab.llm.spread): a constant answer solves ≈ 18 %, a random colouring ≈ 7 %
+            "v6p5": dict(num_colors=3, min_num_vertices=6, max_num_vertices=6, edge_probability=0.5),
+        },
+        default="v3",
+    ),
+    "knights_knaves": TaskSpec(
+        "knights_knaves",
+        {
+            "p2": dict(n_people=2, depth_constraint=2, width_constraint=2),
+            "p3": dict(n_people=3, depth_constraint=2, width_constraint=2),
+        },
+        default="p2",
+    ),
+    "leg_counting": TaskSpec(
+        "leg_counting",
+        {
+            "a1": dict(min_animals=1, max_animals=1, min_instances=1, max_instances=3),
+            "a2": dict(min_animals=2, max_animals=2, min_instances=1, max_instances=5),
+            "a3": dict(min_animals=3, max_animals=3, min_instances=1, max_instances=10),
+        },
+        default="a2",
+    ),
     "gsm_symbolic": TaskSpec("gsm_symbolic", {"d1": dict(difficulty=1.0)}, default="d1"),
 }
 
@@ -124,7 +147,7 @@ class RGReward:
             raise ValueError(f"answer_format={answer_format!r} is not one of {ANSWER_FORMATS}")
         self.dataset, self.answer_format = dataset, answer_format
         self.entries = [dataset[i] for i in range(len(dataset))]
-        self.__name__ = name                          # TRL logs rewards under the function's name
+        self.__name__ = name  # TRL logs rewards under the function's name
 
     def score(self, completion, index: int) -> float:
         answer = extract_answer(completion_text(completion), self.answer_format)
@@ -144,8 +167,18 @@ def train_prompts(task: str, n: int, seed: int, setting: str | None = None, answ
     return Dataset.from_dict(rows), reward
 
 
-def success_rate(model, tokenizer, task: str, setting: str | None = None, *, n_prompts: int = 4, k: int = 8,
-                 max_new_tokens: int = 64, temperature: float = 1.0, seed: int = 1234) -> dict:
+def success_rate(
+    model,
+    tokenizer,
+    task: str,
+    setting: str | None = None,
+    *,
+    n_prompts: int = 4,
+    k: int = 8,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    seed: int = 1234,
+) -> dict:
     """The starting policy's rewards: ``k`` sampled completions for each of ``n_prompts`` puzzles.
 
     Returns, for each answer format, the mean reward, the fraction of completions scored 1 (``success``) and
@@ -164,13 +197,22 @@ def success_rate(model, tokenizer, task: str, setting: str | None = None, *, n_p
     start = time.perf_counter()
     scores, tagged, samples = {f: [] for f in ANSWER_FORMATS}, [], []
     for i, entry in enumerate(reward.entries):
-        enc = tokenizer.apply_chat_template(chat_prompt(entry["question"]), add_generation_prompt=True,
-                                            return_tensors="pt", return_dict=True)
+        enc = tokenizer.apply_chat_template(
+            chat_prompt(entry["question"]), add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
         with torch.no_grad():
-            out = model.generate(**enc, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
-                                 max_new_tokens=max_new_tokens, num_return_sequences=k,
-                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            out = model.generate(
+                **enc,
+                do_sample=True,
+                temperature=temperature,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=max_new_tokens,
+                num_return_sequences=k,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         for f, r in rewards.items():
             scores[f].append([r.score(t, i) for t in texts])
         tagged.append([extract_answer(t) is not None for t in texts])
@@ -178,8 +220,20 @@ def success_rate(model, tokenizer, task: str, setting: str | None = None, *, n_p
     by_format = {}
     for f, sc in scores.items():
         s = np.asarray(sc)
-        by_format[f] = {"mean_reward": float(s.mean()), "success": float((s >= 1.0).mean()),
-                        "zero_variance_frac": float((s.std(axis=1) == 0).mean())}
-    return {"task": task, "setting": setting or TASKS[task].default, "n_prompts": n_prompts, "k": k,
-            "max_new_tokens": max_new_tokens, "temperature": temperature, **by_format,
-            "tagged": float(np.mean(tagged)), "seconds": time.perf_counter() - start, "samples": samples[:3]}
+        by_format[f] = {
+            "mean_reward": float(s.mean()),
+            "success": float((s >= 1.0).mean()),
+            "zero_variance_frac": float((s.std(axis=1) == 0).mean()),
+        }
+    return {
+        "task": task,
+        "setting": setting or TASKS[task].default,
+        "n_prompts": n_prompts,
+        "k": k,
+        "max_new_tokens": max_new_tokens,
+        "temperature": temperature,
+        **by_format,
+        "tagged": float(np.mean(tagged)),
+        "seconds": time.perf_counter() - start,
+        "samples": samples[:3],
+    }

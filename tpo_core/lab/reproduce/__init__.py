@@ -18,17 +18,37 @@ LLM, and the protocol each keeps), :mod:`~tpo_core.lab.reproduce.paper_numbers` 
 programs and are imported on first use, so the PyTorch side (:mod:`tpo_core.lab.llm`) can use the paper's numbers
 and the seed SE without importing JAX.
 """
+
 import importlib
 
 from . import paper_numbers, stats
 
-_LAZY = {"BUDGETS": "presets", "PRESETS": "presets", "Preset": "presets", "Run": "presets",
-         "check_budget": "presets", "get": "presets", "list_text": "presets",
-         "run_preset": "runner", "summarize": "runner"}
+_LAZY = {
+    "BUDGETS": "presets",
+    "PRESETS": "presets",
+    "Preset": "presets",
+    "Run": "presets",
+    "check_budget": "presets",
+    "get": "presets",
+    "list_text": "presets",
+    "run_preset": "runner",
+    "summarize": "runner",
+}
 _SUBMODULES = ("experiments", "presets", "runner", "reference", "committed", "seedwise")
 
-__all__ = ["BUDGETS", "PRESETS", "Preset", "Run", "check_budget", "get", "list_text", "paper_numbers",
-           "run_preset", "stats", "summarize"]
+__all__ = [
+    "BUDGETS",
+    "PRESETS",
+    "Preset",
+    "Run",
+    "check_budget",
+    "get",
+    "list_text",
+    "paper_numbers",
+    "run_preset",
+    "stats",
+    "summarize",
+]
 
 
 def __getattr__(name):

@@ -5,6 +5,7 @@ or one of its parents); :func:`load_runs` reads one preset folder: whole runs (`
 and per-seed runs (``<run>.seeds/seed_<s>.npz``, concatenated in seed order, however many seeds exist so
 far, all of one configuration and engine version, else ValueError); :func:`load_summary` reads its ``summary.json``. Nothing is retrained.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,7 +57,7 @@ def find_results(start=None) -> Optional[pathlib.Path]:
 
 def _read(path: pathlib.Path):
     with np.load(path, allow_pickle=False) as f:
-        curves = {k[len("curve_"):]: np.asarray(f[k], float) for k in f.files if k.startswith("curve_")}
+        curves = {k[len("curve_") :]: np.asarray(f[k], float) for k in f.files if k.startswith("curve_")}
         seeds = tuple(int(s) for s in np.atleast_1d(f["seeds"])) if "seeds" in f.files else ()
         config = json.loads(str(f["config"])) if "config" in f.files else {}
         info = json.loads(str(f["info"])) if "info" in f.files else {}
@@ -102,8 +103,10 @@ def _check_one_configuration(sub: pathlib.Path, files, parts) -> None:
         if config != first_config or info.get("engine") != first_engine:
             changed = sorted(k for k in set(config) | set(first_config) if config.get(k) != first_config.get(k))
             what = f"config keys {changed}" if changed else f"engine {info.get('engine')} vs {first_engine}"
-            raise ValueError(f"{sub}: {path.name} was trained with another configuration than {files[0].name} "
-                             f"({what}); move it out of the folder or retrain it")
+            raise ValueError(
+                f"{sub}: {path.name} was trained with another configuration than {files[0].name} "
+                f"({what}); move it out of the folder or retrain it"
+            )
 
 
 def load_summary(folder) -> Optional[dict]:

@@ -11,14 +11,24 @@ a ``JaxExperiment``) and the LLM experiments (:mod:`tpo_core.lab.llm.rlvr`, :mod
 dict (name → experiment). The LLM modules import NumPy only at import time (PyTorch and TRL load when a run
 starts), so listing, looking up and reporting every experiment imports no torch.
 """
+
 from __future__ import annotations
 
 import importlib
 import pathlib
 from typing import Mapping, Optional, Protocol, Sequence, runtime_checkable
 
-__all__ = ["Experiment", "FAMILIES", "all_experiments", "names", "get", "find", "list_text", "refuse_options",
-           "labelled_rows"]
+__all__ = [
+    "Experiment",
+    "FAMILIES",
+    "all_experiments",
+    "names",
+    "get",
+    "find",
+    "list_text",
+    "refuse_options",
+    "labelled_rows",
+]
 
 # the modules that hold an ``EXPERIMENTS`` dict, in the order --list and the report show them
 FAMILIES = (".runner", "..llm.rlvr", "..llm.sparse", "..llm.spread")
@@ -43,8 +53,8 @@ class Experiment(Protocol):
 
     name: str
     title: str
-    claim: str                         # what the paper says (or, beyond the paper, the question)
-    budgets: tuple                     # the budget names, e.g. ("smoke", "cpu", "paper")
+    claim: str  # what the paper says (or, beyond the paper, the question)
+    budgets: tuple  # the budget names, e.g. ("smoke", "cpu", "paper")
 
     def budget_note(self, budget: str) -> str:
         """What ``budget`` trains, in one line (model, steps, seeds, and how it differs from the paper)."""
@@ -55,9 +65,18 @@ class Experiment(Protocol):
     def default_out(self, budget: str) -> pathlib.Path:
         """The results folder when none is given."""
 
-    def train(self, budget: str, out=None, *, seeds: Optional[int] = None, only: Optional[Sequence[str]] = None,
-              partial: bool = False, progress: bool = True, command: Optional[str] = None,
-              **options) -> Optional[dict]:
+    def train(
+        self,
+        budget: str,
+        out=None,
+        *,
+        seeds: Optional[int] = None,
+        only: Optional[Sequence[str]] = None,
+        partial: bool = False,
+        progress: bool = True,
+        command: Optional[str] = None,
+        **options,
+    ) -> Optional[dict]:
         """Train what is not yet in ``out`` and return the summary (also ``out/summary.json``), or None when
         this process writes no summary (``only`` a subset whose other runs are not done, or not the main
         process). ``only`` names runs or methods (experiment-specific), ``partial`` summarises what is
@@ -116,8 +135,7 @@ def budget_lines(budgets: Mapping[str, str]) -> list[str]:
 
 def check_budget(experiment: Experiment, budget: str) -> str:
     if budget not in experiment.budgets:
-        raise ValueError(f"budget must be one of {', '.join(experiment.budgets)} for {experiment.name}, "
-                         f"got {budget!r}")
+        raise ValueError(f"budget must be one of {', '.join(experiment.budgets)} for {experiment.name}, got {budget!r}")
     return budget
 
 

@@ -6,6 +6,7 @@ A :class:`Preset` turns a budget (``smoke`` | ``cpu`` | ``paper``, and for Table
 only when its configuration is the one the paper budget trains under the same key (same H, B, K, episodes,
 ...); seeds may differ. Smaller budgets are never scored against the paper's numbers.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,7 +31,7 @@ SMOKE_TASK = dict(H=3, B=4, K=4, episodes=6)
 RESULTS_VERSION = 2
 RESULTS_VERSION_TEXT = {
     1: "engine 1 (trained before the q/k/v attention biases were routed to Muon as in the reference)",
-    2: "engine 2",     # the q/k/v attention biases are 2-D and go to Muon, as in the reference
+    2: "engine 2",  # the q/k/v attention biases are 2-D and go to Muon, as in the reference
 }
 
 
@@ -38,10 +39,10 @@ RESULTS_VERSION_TEXT = {
 class Run:
     """One configuration of a preset, trained for several seeds."""
 
-    key: str                      # unique within the preset, e.g. "tpo H=7 P"
-    cfg: object                   # TokenConfig | BanditConfig
+    key: str  # unique within the preset, e.g. "tpo H=7 P"
+    cfg: object  # TokenConfig | BanditConfig
     seeds: tuple
-    labels: tuple = ()            # (("method", "tpo"), ("H", 7), ...): what varies across the preset
+    labels: tuple = ()  # (("method", "tpo"), ("H", 7), ...): what varies across the preset
     seed_batch: Optional[int] = None  # train and store this many seeds at a time (resumable per seed); None: all
 
     @property
@@ -67,8 +68,9 @@ class Run:
         return self.cfg.episodes if self.family.is_token else self.cfg.steps // self.cfg.eval_every
 
     def _blob(self, **extra) -> str:
-        return json.dumps(dict(kind=self.kind, config=dataclasses.asdict(self.cfg), **extra), sort_keys=True,
-                          default=str)
+        return json.dumps(
+            dict(kind=self.kind, config=dataclasses.asdict(self.cfg), **extra), sort_keys=True, default=str
+        )
 
     def config_hash(self) -> str:
         """Hash of the configuration and the seeds (a whole-run file is valid only for exactly these)."""
@@ -96,12 +98,12 @@ class Run:
 class Preset:
     name: str
     title: str
-    claim: str                    # what the paper says, in one or two sentences
-    metrics: tuple                # keys of stats.METRICS
-    build: Callable               # budget -> (list[Run], note on what the budget changes)
-    paper: Callable               # (run label dict, metric) -> the paper's number at exactly that setting
-    paper_setting: str            # the paper's setting, for the report
-    paper_se: Callable = lambda label, metric: None     # the paper's SE where its seeds are known
+    claim: str  # what the paper says, in one or two sentences
+    metrics: tuple  # keys of stats.METRICS
+    build: Callable  # budget -> (list[Run], note on what the budget changes)
+    paper: Callable  # (run label dict, metric) -> the paper's number at exactly that setting
+    paper_setting: str  # the paper's setting, for the report
+    paper_se: Callable = lambda label, metric: None  # the paper's SE where its seeds are known
     resolution: Callable = lambda label, metric: 10.0 if metric != "steps_to_1pct" else 20.0
     budgets: tuple = BUDGETS
     extras: Optional[Callable] = None  # (preset, runs, curves, rows) -> dict merged into the summary
@@ -141,8 +143,12 @@ class Preset:
         return "; ".join(RESULTS_VERSION_TEXT.get(v, f"engine {v}") for v in summary.get("engine") or [1])
 
     def list_text(self) -> str:
-        return "\n".join([f"{self.name:12s} {self.title}"] + experiments.budget_lines(
-            {b: f"{len(runs)} runs; {note}" for b in self.budgets for runs, note in [self.runs(b)]}))
+        return "\n".join(
+            [f"{self.name:12s} {self.title}"]
+            + experiments.budget_lines(
+                {b: f"{len(runs)} runs; {note}" for b in self.budgets for runs, note in [self.runs(b)]}
+            )
+        )
 
 
 def check_budget(budget: str, preset: Optional[Preset] = None) -> str:
@@ -162,8 +168,12 @@ def _token(budget: str, **kw) -> TokenConfig:
     base = dict(track=0)
     if budget == "smoke":
         base.update(SMOKE_MODEL)
-        kw.update(H=SMOKE_TASK["H"], B=SMOKE_TASK["B"], episodes=SMOKE_TASK["episodes"],
-                  K=min(kw.get("K", SMOKE_TASK["K"]), SMOKE_TASK["K"]))
+        kw.update(
+            H=SMOKE_TASK["H"],
+            B=SMOKE_TASK["B"],
+            episodes=SMOKE_TASK["episodes"],
+            K=min(kw.get("K", SMOKE_TASK["K"]), SMOKE_TASK["K"]),
+        )
     return TokenConfig(**{**base, **kw})
 
 
@@ -182,8 +192,9 @@ def _mnist_build(budget):
         steps, every, seeds, note = 10_000, 200, _seeds(5), "the paper's 10,000 steps, 5 seeds instead of 20"
     else:
         steps, every, seeds, note = 10_000, 200, _seeds(20), "the paper's setting: 10,000 steps, 20 seeds"
-    runs = [Run(m, BanditConfig(method=m, steps=steps, eval_every=every), seeds, (("method", m),))
-            for m in MNIST_METHODS]
+    runs = [
+        Run(m, BanditConfig(method=m, steps=steps, eval_every=every), seeds, (("method", m),)) for m in MNIST_METHODS
+    ]
     return runs, note
 
 
@@ -200,8 +211,10 @@ def _table1_build(budget):
     else:
         grid = [(m, v) for v in (2, 4, 8, 16) for m in DENSE_METHODS]
         seeds, eps, note = _seeds(20), 1000, "the paper's setting: H=10, K=8, B=100, 20 seeds, 1000 episodes"
-    runs = [Run(f"{m} V={v}", _token(budget, method=m, reward="bag", V=v, episodes=eps), seeds,
-                (("method", m), ("V", v))) for m, v in grid]
+    runs = [
+        Run(f"{m} V={v}", _token(budget, method=m, reward="bag", V=v, episodes=eps), seeds, (("method", m), ("V", v)))
+        for m, v in grid
+    ]
     return runs, note
 
 
@@ -219,8 +232,15 @@ def _table2_build(budget):
     else:
         grid = [(m, r, t) for r in ("bag", "sequential") for t in TARGETS for m in DENSE_METHODS]
         seeds, eps, note = _seeds(10), 1000, "the paper's setting: H=10, V=2, K=8, 10 seeds, 1000 episodes"
-    runs = [Run(f"{m} {r} {t}", _token(budget, method=m, reward=r, target=t, episodes=eps), seeds,
-                (("method", m), ("reward", r), ("target", t))) for m, r, t in grid]
+    runs = [
+        Run(
+            f"{m} {r} {t}",
+            _token(budget, method=m, reward=r, target=t, episodes=eps),
+            seeds,
+            (("method", m), ("reward", r), ("target", t)),
+        )
+        for m, r, t in grid
+    ]
     return runs, note
 
 
@@ -237,17 +257,23 @@ def _table3_build(budget):
     elif budget == "cpu":
         grid = [(m, 6, "P") for m in ("tpo", "grpo", "grpo_no_kl")]
         seeds, eps = _seeds(2), 300
-        note = ("H=6 prompt-matched only, TPO/GRPO/GRPO-no-KL, 2 seeds, 300 episodes "
-                "(paper: H=7..10, P and I, 5 methods, 20 seeds, 2000 episodes; not scored against it)")
+        note = (
+            "H=6 prompt-matched only, TPO/GRPO/GRPO-no-KL, 2 seeds, 300 episodes "
+            "(paper: H=7..10, P and I, 5 methods, 20 seeds, 2000 episodes; not scored against it)"
+        )
     elif budget == "paper-h10":
         grid, seeds, eps, batch = [(m, 10, "P") for m in ("tpo", "grpo")], _seeds(20), 2000, 1
-        note = ("the paper's setting for its headline column (P, H=10: V=2, K=8, B=100, 4 epochs, 2000 episodes), "
-                "TPO and GRPO; trained one seed at a time, resumable (seeds as committed)")
+        note = (
+            "the paper's setting for its headline column (P, H=10: V=2, K=8, B=100, 4 epochs, 2000 episodes), "
+            "TPO and GRPO; trained one seed at a time, resumable (seeds as committed)"
+        )
     elif budget == "paper-h7":
         grid = [(m, 7, "P") for m in TABLE3_METHODS] + [(m, 7, "I") for m in ("ppo", "dg")]
         seeds, eps, batch = _seeds(5), 2000, 1
-        note = ("the paper's H=7 column: TPO, GRPO, GRPO (no KL), PPO and DG prompt-matched, PPO and DG also "
-                "interaction-matched (B=800, lr×√8), 2000 episodes; one seed at a time, resumable")
+        note = (
+            "the paper's H=7 column: TPO, GRPO, GRPO (no KL), PPO and DG prompt-matched, PPO and DG also "
+            "interaction-matched (B=800, lr×√8), 2000 episodes; one seed at a time, resumable"
+        )
     else:
         grid = [(m, H, s) for s in "PI" for H in (7, 8, 9, 10) for m in TABLE3_METHODS]
         seeds, eps, note = _seeds(20), 2000, "the paper's setting: V=2, K=8, B=100, 20 seeds, 2000 episodes"
@@ -276,49 +302,78 @@ def _anchor_build(budget):
         Hs, seeds, eps, note = (6,), _seeds(2), 300, "H=6, 2 seeds, 300 episodes (paper: H=7, 8, 10, 2000 episodes)"
     else:
         Hs, seeds, eps, note = (7, 8, 10), _seeds(20), 2000, "the paper's setting: K=8, B=100, 2000 episodes, 20 seeds"
-    runs = [Run(f"{m} H={H}", _token(budget, method=m, H=H, episodes=eps), seeds, (("method", m), ("H", H)))
-            for H in Hs for m in methods]
+    runs = [
+        Run(f"{m} H={H}", _token(budget, method=m, H=H, episodes=eps), seeds, (("method", m), ("H", H)))
+        for H in Hs
+        for m in methods
+    ]
     return runs, note
 
 
 # ---- ablations at H=8, B=256, K=32 ----------------------------------------------------------------
-ABLATION_SEEDS = 10    # the paper does not state the ablations' seed count: 10 assumed
+ABLATION_SEEDS = 10  # the paper does not state the ablations' seed count: 10 assumed
 
 
 def _ablation_base(budget):
     if budget == "smoke":
         return dict(H=3, B=4, K=4, episodes=6), _seeds(1), "tiny"
     if budget == "cpu":
-        return (dict(H=5, B=32, K=8, episodes=200), _seeds(2),
-                "H=5, B=32, 2 seeds, 200 episodes (paper: H=8, B=256, 2000 episodes)")
-    return (dict(H=8, B=256, K=32, episodes=2000), _seeds(ABLATION_SEEDS),
-            f"the paper's setting: H=8, B=256, K=32, 2000 episodes; {ABLATION_SEEDS} seeds (count not stated)")
+        return (
+            dict(H=5, B=32, K=8, episodes=200),
+            _seeds(2),
+            "H=5, B=32, 2 seeds, 200 episodes (paper: H=8, B=256, 2000 episodes)",
+        )
+    return (
+        dict(H=8, B=256, K=32, episodes=2000),
+        _seeds(ABLATION_SEEDS),
+        f"the paper's setting: H=8, B=256, K=32, 2000 episodes; {ABLATION_SEEDS} seeds (count not stated)",
+    )
 
 
 def _k_build(budget):
     base, seeds, note = _ablation_base(budget)
-    grid = {"smoke": [("tpo", 2), ("tpo", 4), ("grpo", 2)],
-            "cpu": [(m, k) for k in (4, 8, 16) for m in ("tpo", "grpo")],
-            "paper": [(m, k) for k in (4, 8, 16, 32, 64) for m in ("tpo", "grpo")]}[budget]
-    runs = [Run(f"{m} K={k}", _token(budget, method=m, reward="terminal", **{**base, "K": k}), seeds,
-                (("method", m), ("K", k))) for m, k in grid]
+    grid = {
+        "smoke": [("tpo", 2), ("tpo", 4), ("grpo", 2)],
+        "cpu": [(m, k) for k in (4, 8, 16) for m in ("tpo", "grpo")],
+        "paper": [(m, k) for k in (4, 8, 16, 32, 64) for m in ("tpo", "grpo")],
+    }[budget]
+    runs = [
+        Run(
+            f"{m} K={k}",
+            _token(budget, method=m, reward="terminal", **{**base, "K": k}),
+            seeds,
+            (("method", m), ("K", k)),
+        )
+        for m, k in grid
+    ]
     return runs, note + ("; K ∈ {4, 8, 16}" if budget == "cpu" else "")
 
 
 def _epoch_build(budget):
     base, seeds, note = _ablation_base(budget)
-    grid = {"smoke": [("tpo", 1), ("tpo", 2), ("grpo", 1)],
-            "cpu": [(m, e) for e in (1, 2, 4, 8) for m in ("tpo", "grpo")],
-            "paper": [(m, e) for e in (1, 2, 4, 8, 16) for m in ("tpo", "grpo")]}[budget]
-    runs = [Run(f"{m} epochs={e}", _token(budget, method=m, reward="terminal", epochs=e, **base), seeds,
-                (("method", m), ("epochs", e))) for m, e in grid]
+    grid = {
+        "smoke": [("tpo", 1), ("tpo", 2), ("grpo", 1)],
+        "cpu": [(m, e) for e in (1, 2, 4, 8) for m in ("tpo", "grpo")],
+        "paper": [(m, e) for e in (1, 2, 4, 8, 16) for m in ("tpo", "grpo")],
+    }[budget]
+    runs = [
+        Run(
+            f"{m} epochs={e}",
+            _token(budget, method=m, reward="terminal", epochs=e, **base),
+            seeds,
+            (("method", m), ("epochs", e)),
+        )
+        for m, e in grid
+    ]
     return runs, note + ("; K=8 (paper 32), epochs ∈ {1, 2, 4, 8}" if budget == "cpu" else "")
 
 
 def _masked_build(budget):
     base, seeds, note = _ablation_base(budget)
-    runs = [Run(m, _token(budget, method=m, reward="terminal", **base), seeds, (("method", m),))
-            for m in ("tpo", "grpo", "grpo_masked")]
+    runs = [
+        Run(m, _token(budget, method=m, reward="terminal", **base), seeds, (("method", m),))
+        for m in ("tpo", "grpo", "grpo_masked")
+    ]
     return runs, note + ("; K=8 (paper 32)" if budget == "cpu" else "")
 
 
@@ -329,11 +384,25 @@ def _eta_build(budget):
     elif budget == "cpu":
         etas, seeds, eps, note = (0.25, 1.0, 4.0), _seeds(2), 300, "η ∈ {0.25, 1, 4}, 2 seeds, 300 episodes"
     else:
-        etas, seeds, eps, note = (0.25, 0.5, 1.0, 2.0, 4.0), _seeds(10), 1000, "H=10, K=8, B=100, 10 seeds, 1000 episodes"
-    note += ("; the paper does not state the reward variant: TPO_token with the dense bag reward is assumed; "
-             "all η values run as one program (a traced-η sweep)")
-    runs = [Run(f"tpo_token eta={eta:g}", _token(budget, method="tpo_token", reward="bag", eta=eta, episodes=eps),
-                seeds, (("method", "tpo_token"), ("eta", eta))) for eta in etas]
+        etas, seeds, eps, note = (
+            (0.25, 0.5, 1.0, 2.0, 4.0),
+            _seeds(10),
+            1000,
+            "H=10, K=8, B=100, 10 seeds, 1000 episodes",
+        )
+    note += (
+        "; the paper does not state the reward variant: TPO_token with the dense bag reward is assumed; "
+        "all η values run as one program (a traced-η sweep)"
+    )
+    runs = [
+        Run(
+            f"tpo_token eta={eta:g}",
+            _token(budget, method="tpo_token", reward="bag", eta=eta, episodes=eps),
+            seeds,
+            (("method", "tpo_token"), ("eta", eta)),
+        )
+        for eta in etas
+    ]
     return runs, note
 
 
@@ -348,8 +417,10 @@ def _beyond_base(budget):
 
 def _dapo_build(budget):
     base, seeds, note = _beyond_base(budget)
-    runs = [Run(m, _token(budget, method=m, reward="terminal", **base), seeds, (("method", m), ("H", base["H"])))
-            for m in ("tpo", "dapo", "grpo")]
+    runs = [
+        Run(m, _token(budget, method=m, reward="terminal", **base), seeds, (("method", m), ("H", base["H"])))
+        for m in ("tpo", "dapo", "grpo")
+    ]
     return runs, note
 
 
@@ -358,8 +429,16 @@ def dapo_refill_runs(budget: str, seeds: int = 8) -> tuple[list, str]:
     runs. Not a registered preset: ``results/dapo_refill/run.py`` drives it and writes its own summary (the
     prompt-matched and rollout-matched comparisons)."""
     base, _, _ = _beyond_base(budget)
-    runs = [Run(m, _token(budget, method=m, reward="terminal", **base), _seeds(seeds),
-                (("method", m), ("H", base["H"])), seed_batch=1) for m in ("tpo", "tpo_refill")]
+    runs = [
+        Run(
+            m,
+            _token(budget, method=m, reward="terminal", **base),
+            _seeds(seeds),
+            (("method", m), ("H", base["H"])),
+            seed_batch=1,
+        )
+        for m in ("tpo", "tpo_refill")
+    ]
     cfg = runs[0].cfg
     return runs, f"H={cfg.H}, V={cfg.V}, B={cfg.B}, K={cfg.K}, {cfg.episodes} episodes, {seeds} seeds"
 
@@ -370,9 +449,15 @@ STD_NOISE = 0.01
 def _std_noise_build(budget):
     base, seeds, note = _beyond_base(budget)
     grid = [("tpo", 0.0, 1e-6), ("tpo", STD_NOISE, 1e-6), ("tpo", STD_NOISE, 0.1), ("grpo", STD_NOISE, 1e-6)]
-    runs = [Run(f"{m} noise={n:g} floor={f:g}",
-                _token(budget, method=m, reward="terminal", reward_noise=n, std_floor=f, **base), seeds,
-                (("method", m), ("noise", n), ("std_floor", f), ("H", base["H"]))) for m, n, f in grid]
+    runs = [
+        Run(
+            f"{m} noise={n:g} floor={f:g}",
+            _token(budget, method=m, reward="terminal", reward_noise=n, std_floor=f, **base),
+            seeds,
+            (("method", m), ("noise", n), ("std_floor", f), ("H", base["H"])),
+        )
+        for m, n, f in grid
+    ]
     return runs, note + f"; Gaussian score noise σ={STD_NOISE} on every candidate's terminal score"
 
 
@@ -386,15 +471,23 @@ def _mnist_order(preset, runs, curves, rows) -> dict:
     finals = [r for r in rows if r["metric"] == "final_greedy_error"]
     ours = [r["method"] for r in sorted(finals, key=lambda r: r["ours"])]
     paper = [m for m, _ in sorted(P.MNIST.items(), key=lambda kv: kv[1])]
-    return dict(order=dict(ours=ours, paper=paper, kendall_tau=stats.kendall_tau([m for m in ours if m in paper], paper)))
+    return dict(
+        order=dict(ours=ours, paper=paper, kendall_tau=stats.kendall_tau([m for m in ours if m in paper], paper))
+    )
 
 
 def _table3_reference(preset, runs, curves, rows) -> dict:
     """Our P, H=10, 2000-episode curves against the reference implementation's own 20 seeds: the comparison of
     means (:func:`reference.compare_reference`) and the seed-by-seed one (:func:`seedwise.h10_comparison`)."""
-    ours = {r.method: curves[r.key]["error"] for r in runs
-            if r.label.get("H") == 10 and r.label.get("setting") == "P" and r.length == 2000
-            and r.method in ("tpo", "grpo", "dg") and preset.comparable(r)}
+    ours = {
+        r.method: curves[r.key]["error"]
+        for r in runs
+        if r.label.get("H") == 10
+        and r.label.get("setting") == "P"
+        and r.length == 2000
+        and r.method in ("tpo", "grpo", "dg")
+        and preset.comparable(r)
+    }
     path = reference.reference_path() if ours else None
     if path is None:
         return {}
@@ -416,83 +509,150 @@ def _register(p: Preset):
     PRESETS[p.name] = p
 
 
-_register(Preset(
-    name="mnist", title="Figure 4: MNIST contextual bandit",
-    claim="Greedy test error after 10,000 steps: TPO 2.9% < DG ≈ 3.2% (read off Fig. 4) < PG 5.3% < GRPO 5.9% < "
-          "Group PG 7.2%.",
-    metrics=("final_greedy_error",), build=_mnist_build, paper=lambda lab, met: P.MNIST.get(lab["method"]),
-    paper_setting="MLP 784-50-50-10, Adam 1e-3, batch 100, 10,000 steps, 20 seeds, 60k/10k MNIST (the full training "
-                  "set: downloaded automatically on a connected machine; offline only the 10k test set exists, "
-                  "split 8k/2k)",
-    resolution=lambda lab, met: 1.0, extras=_mnist_order,
-    paper_data=lambda source: source.startswith("MNIST 60k/10k")))
-_register(Preset(
-    name="table1", title="Table 1: vocabulary sweep (dense bag reward, reverse copy)",
-    claim="TPO_token reaches 1% error fastest at every vocabulary size.",
-    metrics=("steps_to_1pct",), build=_table1_build, paper=lambda lab, met: P.TABLE1.get((lab["method"], lab["V"])),
-    paper_setting="H=10, K=8, B=100, 20 seeds, 1000 episodes",
-    resolution=lambda lab, met: _steps_resolution(P.TABLE1.get((lab["method"], lab["V"])))))
-_register(Preset(
-    name="table2", title="Table 2: targets × dense rewards",
-    claim="TPO_token is fastest on every target and reward; GRPO_token and PPO never reach 1% with the sequential "
-          "reward.",
-    metrics=("steps_to_1pct",), build=_table2_build,
-    paper=lambda lab, met: P.TABLE2.get((lab["method"], lab["reward"], lab["target"])),
-    paper_setting="H=10, V=2, K=8, B=100, 10 seeds, 1000 episodes",
-    resolution=lambda lab, met: _steps_resolution(P.TABLE2.get((lab["method"], lab["reward"], lab["target"])))))
-_register(Preset(
-    name="table3", title="Table 3: terminal (exact-match) reward",
-    claim="TPO keeps final error below ~10% up to H=10 (prompt-matched); GRPO, GRPO without KL, PPO and DG degrade "
-          "with H.",
-    metrics=("final_error",), build=_table3_build,
-    paper=lambda lab, met: P.TABLE3.get((lab["method"], lab["H"], lab["setting"])),
-    paper_setting="reverse copy, V=2, K=8, B=100, 2000 episodes, 20 seeds; I = single-sample methods get B=800, "
-                  "lr×√8",
-    paper_se=lambda lab, met: P.TABLE3_SE.get((lab["method"], lab["H"], lab["setting"])),
-    resolution=_table3_resolution, budgets=TABLE3_BUDGETS, extras=_table3_reference))
-_register(Preset(
-    name="anchor", title="Ablation: the anchor p_old in TPO's target",
-    claim="Without p_old in the target (TPO-no-anchor) or without a target (Group PG), H=10 ends above 99% error.",
-    metrics=("final_error",), build=_anchor_build, paper=lambda lab, met: P.ANCHOR.get((lab["method"], lab["H"])),
-    paper_setting="terminal reward, reverse copy, K=8, B=100, H=7, 8, 10, 2000 episodes"))
-_register(Preset(
-    name="k_sweep", title="Ablation: group size K",
-    claim="TPO improves with K (8.9% at K=4 → 0.36% at K=64) and beats GRPO at every K.",
-    metrics=("final_error",), build=_k_build, paper=lambda lab, met: P.K_SWEEP.get((lab["method"], lab["K"])),
-    paper_setting="terminal reward, reverse copy, V=2, H=8, B=256, 2000 episodes, 4 epochs",
-    resolution=lambda lab, met: 2.0))
-_register(Preset(
-    name="epoch_sweep", title="Ablation: update epochs per batch",
-    claim="TPO stays below 2.3% for 1–16 epochs; GRPO varies from 1.1% to 37.6%.",
-    metrics=("final_error",), build=_epoch_build,
-    paper=lambda lab, met: P.EPOCH_SWEEP.get((lab["method"], lab["epochs"])),
-    paper_setting="terminal reward, reverse copy, V=2, H=8, B=256, K=32, 2000 episodes",
-    resolution=lambda lab, met: 2.0))
-_register(Preset(
-    name="grpo_masked", title="Ablation: masking zero-variance groups in GRPO",
-    claim="Dropping all-fail groups hurts GRPO (6.3% → 29.7%); TPO reaches 0.05%.",
-    metrics=("final_error",), build=_masked_build, paper=lambda lab, met: P.MASKED.get(lab["method"]),
-    paper_setting="terminal reward, reverse copy, V=2, H=8, B=256, K=32, 4 epochs, 2000 episodes"))
-_register(Preset(
-    name="eta_sweep", title="Ablation: TPO temperature η",
-    claim="TPO is robust to η: final error ≤ 1% for η from 0.25 to 4; larger η is slower to 1%.",
-    metrics=("final_error", "steps_to_1pct"), build=_eta_build,
-    paper=lambda lab, met: P.ETA_SWEEP.get((met, lab["eta"])),
-    paper_setting="reverse copy, V=2, H=10, K=8, 10 seeds (reward variant not stated)",
-    resolution=lambda lab, met: 1.0 if met == "final_error" else _steps_resolution(P.ETA_SWEEP.get((met, lab["eta"])))))
-_register(Preset(
-    name="dapo", title="Beyond the paper: TPO vs DAPO-style GRPO (terminal reward)",
-    claim="Open question of the seed: does DAPO's clip-higher + dropping zero-variance groups close the gap to TPO?",
-    metrics=("final_error",), build=_dapo_build, paper=_paper_dapo,
-    paper_setting="no paper numbers for DAPO; TPO/GRPO from Table 3 (P, H=10)",
-    resolution=lambda lab, met: _table3_resolution(dict(H=10, setting="P"), met)))
-_register(Preset(
-    name="std_noise", title="Beyond the paper: group standardisation amplifies tiny score noise",
-    claim="Small reward noise in all-fail groups is z-scored to unit scale with the paper's σ floor 1e-6; "
-          "a floor of 0.1 keeps such groups inert.",
-    metrics=("final_error",), build=_std_noise_build, paper=_paper_std_noise,
-    paper_setting="no paper numbers; TPO without noise from Table 3 (P, H=10)",
-    resolution=lambda lab, met: _table3_resolution(dict(H=10, setting="P"), met)))
+_register(
+    Preset(
+        name="mnist",
+        title="Figure 4: MNIST contextual bandit",
+        claim="Greedy test error after 10,000 steps: TPO 2.9% < DG ≈ 3.2% (read off Fig. 4) < PG 5.3% < GRPO 5.9% < "
+        "Group PG 7.2%.",
+        metrics=("final_greedy_error",),
+        build=_mnist_build,
+        paper=lambda lab, met: P.MNIST.get(lab["method"]),
+        paper_setting="MLP 784-50-50-10, Adam 1e-3, batch 100, 10,000 steps, 20 seeds, 60k/10k MNIST (the full training "
+        "set: downloaded automatically on a connected machine; offline only the 10k test set exists, "
+        "split 8k/2k)",
+        resolution=lambda lab, met: 1.0,
+        extras=_mnist_order,
+        paper_data=lambda source: source.startswith("MNIST 60k/10k"),
+    )
+)
+_register(
+    Preset(
+        name="table1",
+        title="Table 1: vocabulary sweep (dense bag reward, reverse copy)",
+        claim="TPO_token reaches 1% error fastest at every vocabulary size.",
+        metrics=("steps_to_1pct",),
+        build=_table1_build,
+        paper=lambda lab, met: P.TABLE1.get((lab["method"], lab["V"])),
+        paper_setting="H=10, K=8, B=100, 20 seeds, 1000 episodes",
+        resolution=lambda lab, met: _steps_resolution(P.TABLE1.get((lab["method"], lab["V"]))),
+    )
+)
+_register(
+    Preset(
+        name="table2",
+        title="Table 2: targets × dense rewards",
+        claim="TPO_token is fastest on every target and reward; GRPO_token and PPO never reach 1% with the sequential "
+        "reward.",
+        metrics=("steps_to_1pct",),
+        build=_table2_build,
+        paper=lambda lab, met: P.TABLE2.get((lab["method"], lab["reward"], lab["target"])),
+        paper_setting="H=10, V=2, K=8, B=100, 10 seeds, 1000 episodes",
+        resolution=lambda lab, met: _steps_resolution(P.TABLE2.get((lab["method"], lab["reward"], lab["target"]))),
+    )
+)
+_register(
+    Preset(
+        name="table3",
+        title="Table 3: terminal (exact-match) reward",
+        claim="TPO keeps final error below ~10% up to H=10 (prompt-matched); GRPO, GRPO without KL, PPO and DG degrade "
+        "with H.",
+        metrics=("final_error",),
+        build=_table3_build,
+        paper=lambda lab, met: P.TABLE3.get((lab["method"], lab["H"], lab["setting"])),
+        paper_setting="reverse copy, V=2, K=8, B=100, 2000 episodes, 20 seeds; I = single-sample methods get B=800, "
+        "lr×√8",
+        paper_se=lambda lab, met: P.TABLE3_SE.get((lab["method"], lab["H"], lab["setting"])),
+        resolution=_table3_resolution,
+        budgets=TABLE3_BUDGETS,
+        extras=_table3_reference,
+    )
+)
+_register(
+    Preset(
+        name="anchor",
+        title="Ablation: the anchor p_old in TPO's target",
+        claim="Without p_old in the target (TPO-no-anchor) or without a target (Group PG), H=10 ends above 99% error.",
+        metrics=("final_error",),
+        build=_anchor_build,
+        paper=lambda lab, met: P.ANCHOR.get((lab["method"], lab["H"])),
+        paper_setting="terminal reward, reverse copy, K=8, B=100, H=7, 8, 10, 2000 episodes",
+    )
+)
+_register(
+    Preset(
+        name="k_sweep",
+        title="Ablation: group size K",
+        claim="TPO improves with K (8.9% at K=4 → 0.36% at K=64) and beats GRPO at every K.",
+        metrics=("final_error",),
+        build=_k_build,
+        paper=lambda lab, met: P.K_SWEEP.get((lab["method"], lab["K"])),
+        paper_setting="terminal reward, reverse copy, V=2, H=8, B=256, 2000 episodes, 4 epochs",
+        resolution=lambda lab, met: 2.0,
+    )
+)
+_register(
+    Preset(
+        name="epoch_sweep",
+        title="Ablation: update epochs per batch",
+        claim="TPO stays below 2.3% for 1–16 epochs; GRPO varies from 1.1% to 37.6%.",
+        metrics=("final_error",),
+        build=_epoch_build,
+        paper=lambda lab, met: P.EPOCH_SWEEP.get((lab["method"], lab["epochs"])),
+        paper_setting="terminal reward, reverse copy, V=2, H=8, B=256, K=32, 2000 episodes",
+        resolution=lambda lab, met: 2.0,
+    )
+)
+_register(
+    Preset(
+        name="grpo_masked",
+        title="Ablation: masking zero-variance groups in GRPO",
+        claim="Dropping all-fail groups hurts GRPO (6.3% → 29.7%); TPO reaches 0.05%.",
+        metrics=("final_error",),
+        build=_masked_build,
+        paper=lambda lab, met: P.MASKED.get(lab["method"]),
+        paper_setting="terminal reward, reverse copy, V=2, H=8, B=256, K=32, 4 epochs, 2000 episodes",
+    )
+)
+_register(
+    Preset(
+        name="eta_sweep",
+        title="Ablation: TPO temperature η",
+        claim="TPO is robust to η: final error ≤ 1% for η from 0.25 to 4; larger η is slower to 1%.",
+        metrics=("final_error", "steps_to_1pct"),
+        build=_eta_build,
+        paper=lambda lab, met: P.ETA_SWEEP.get((met, lab["eta"])),
+        paper_setting="reverse copy, V=2, H=10, K=8, 10 seeds (reward variant not stated)",
+        resolution=lambda lab, met: (
+            1.0 if met == "final_error" else _steps_resolution(P.ETA_SWEEP.get((met, lab["eta"])))
+        ),
+    )
+)
+_register(
+    Preset(
+        name="dapo",
+        title="Beyond the paper: TPO vs DAPO-style GRPO (terminal reward)",
+        claim="Open question of the seed: does DAPO's clip-higher + dropping zero-variance groups close the gap to TPO?",
+        metrics=("final_error",),
+        build=_dapo_build,
+        paper=_paper_dapo,
+        paper_setting="no paper numbers for DAPO; TPO/GRPO from Table 3 (P, H=10)",
+        resolution=lambda lab, met: _table3_resolution(dict(H=10, setting="P"), met),
+    )
+)
+_register(
+    Preset(
+        name="std_noise",
+        title="Beyond the paper: group standardisation amplifies tiny score noise",
+        claim="Small reward noise in all-fail groups is z-scored to unit scale with the paper's σ floor 1e-6; "
+        "a floor of 0.1 keeps such groups inert.",
+        metrics=("final_error",),
+        build=_std_noise_build,
+        paper=_paper_std_noise,
+        paper_setting="no paper numbers; TPO without noise from Table 3 (P, H=10)",
+        resolution=lambda lab, met: _table3_resolution(dict(H=10, setting="P"), met),
+    )
+)
 
 
 def get(name: str) -> Preset:

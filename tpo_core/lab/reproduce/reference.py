@@ -7,6 +7,7 @@ The file is ``assets/token_reversal_sparse_reward_results.npz`` of github.com/Je
 commit, verified by SHA-256. Offline and uncached, it returns None and says so in one line; the pages then
 fall back to :func:`committed_comparison`, the comparison saved in ``results/table3_paper_h10/summary.json``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,7 +27,7 @@ COMMIT = "6fc6e90daa9f82dfed5176b6e54ac3232ab4e621"
 URL = f"https://raw.githubusercontent.com/JeanKaddour/tpo/{COMMIT}/assets/{NAME}"
 SHA256 = "4ea3f2bc73a77d6cdef1cf6b3e1091e267969c3be7d85ad685eb943b2189f3a6"
 CHECKPOINTS = (200, 500, 1000, 1500)
-SOLVED = 0.01          # a seed counts as solved when its final error is below 1%
+SOLVED = 0.01  # a seed counts as solved when its final error is below 1%
 STEPS_THRESHOLD = 0.10  # per-seed steps to 10% error (most TPO seeds get there; never = censored at T)
 
 
@@ -66,11 +67,16 @@ def reference_path(allow_download: bool = True, verbose: bool = True, url: str =
         return cached
     if allow_download and download(cached, url):
         if verbose:
-            print(f"[tpo_core.lab.reproduce] downloaded the reference curves ({NAME}, sha256 verified)", file=sys.stderr)
+            print(
+                f"[tpo_core.lab.reproduce] downloaded the reference curves ({NAME}, sha256 verified)", file=sys.stderr
+            )
         return cached
     if verbose:
-        print(f"[tpo_core.lab.reproduce] reference curves unavailable offline ({NAME}; set TPO_REFERENCE_NPZ): no new "
-              "comparison; the book reads the one committed in results/table3_paper_h10/summary.json", file=sys.stderr)
+        print(
+            f"[tpo_core.lab.reproduce] reference curves unavailable offline ({NAME}; set TPO_REFERENCE_NPZ): no new "
+            "comparison; the book reads the one committed in results/table3_paper_h10/summary.json",
+            file=sys.stderr,
+        )
     return None
 
 
@@ -113,20 +119,33 @@ def compare_reference(ours: dict, path=None, checkpoints=CHECKPOINTS) -> dict:
         final_o, final_r = 100 * c[:, -1], 100 * r[:, min(c.shape[1], r.shape[1]) - 1]
         steps_o = stats.per_seed_steps_to(c, STEPS_THRESHOLD)
         methods[m] = dict(
-            checkpoints=cps, final_episode=int(c.shape[1] - 1), n_ours=int(len(c)), n_ref=int(len(r)),
-            final_ours=float(final_o.mean()), final_ours_se=stats.seed_se(final_o),
-            final_ref=float(final_r.mean()), final_ref_se=stats.seed_se(final_r),
-            per_seed_final_ours=final_o.tolist(), per_seed_final_ref=final_r.tolist(),
-            solved_ours=float((final_o < 100 * SOLVED).mean()), solved_ref=float((final_r < 100 * SOLVED).mean()),
+            checkpoints=cps,
+            final_episode=int(c.shape[1] - 1),
+            n_ours=int(len(c)),
+            n_ref=int(len(r)),
+            final_ours=float(final_o.mean()),
+            final_ours_se=stats.seed_se(final_o),
+            final_ref=float(final_r.mean()),
+            final_ref_se=stats.seed_se(final_r),
+            per_seed_final_ours=final_o.tolist(),
+            per_seed_final_ref=final_r.tolist(),
+            solved_ours=float((final_o < 100 * SOLVED).mean()),
+            solved_ref=float((final_r < 100 * SOLVED).mean()),
             final_test=stats.two_sample_verdict(final_o, final_r, delta),
-            steps_ours=float(steps_o.mean()), steps_ref=float(ref_steps[m].mean()),
+            steps_ours=float(steps_o.mean()),
+            steps_ref=float(ref_steps[m].mean()),
             steps_test=stats.two_sample_verdict(steps_o, ref_steps[m], steps_delta),
-            comparable=c.shape[1] == r.shape[1])
+            comparable=c.shape[1] == r.shape[1],
+        )
     if not methods:
         raise ValueError(f"no method in common with the reference (ours: {sorted(ours)}, reference: {sorted(ref)})")
-    return dict(checkpoints=list(checkpoints), steps_threshold=STEPS_THRESHOLD, methods=methods,
-                test="two-sided permutation test of equal means (20,000 relabelings) and percentile bootstrap "
-                     "95% CI of the difference of means (20,000 resamples of seeds)")
+    return dict(
+        checkpoints=list(checkpoints),
+        steps_threshold=STEPS_THRESHOLD,
+        methods=methods,
+        test="two-sided permutation test of equal means (20,000 relabelings) and percentile bootstrap "
+        "95% CI of the difference of means (20,000 resamples of seeds)",
+    )
 
 
 def committed_comparison(folder, ours: dict | None = None) -> dict | None:
@@ -157,18 +176,30 @@ def committed_comparison(folder, ours: dict | None = None) -> dict | None:
             continue
         final_o = 100 * np.asarray(curves, float)[:, -1]
         final_r = np.asarray(d["per_seed_final_ref"], float)
-        d.update(n_ours=int(len(final_o)), final_ours=float(final_o.mean()), final_ours_se=stats.seed_se(final_o),
-                 per_seed_final_ours=final_o.tolist(), final_test=stats.two_sample_verdict(final_o, final_r,
-                                                                                           resolution()["final"]),
-                 solved_ours=float((final_o < 100 * SOLVED).mean()), recomputed=True)
+        d.update(
+            n_ours=int(len(final_o)),
+            final_ours=float(final_o.mean()),
+            final_ours_se=stats.seed_se(final_o),
+            per_seed_final_ours=final_o.tolist(),
+            final_test=stats.two_sample_verdict(final_o, final_r, resolution()["final"]),
+            solved_ours=float((final_o < 100 * SOLVED).mean()),
+            recomputed=True,
+        )
         for stale in ("checkpoints", "steps_ours", "steps_test"):
             d.pop(stale, None)
         recomputed.append(m)
     n_ref = sorted({d["n_ref"] for d in out["methods"].values()})
     saved = ", ".join(f"{m.upper()} {n}" for m, n in saved_n.items())
-    out["source"] = (f"the reference's per-seed final errors ({'/'.join(map(str, n_ref))} seeds) and the comparison "
-                     f"saved in {path.parent.name}/summary.json when the reference file was present (our seeds then: "
-                     f"{saved})" + (f"; the final-error test recomputed for {', '.join(m.upper() for m in recomputed)} "
-                                    "with the seeds committed now" if recomputed else ""))
+    out["source"] = (
+        f"the reference's per-seed final errors ({'/'.join(map(str, n_ref))} seeds) and the comparison "
+        f"saved in {path.parent.name}/summary.json when the reference file was present (our seeds then: "
+        f"{saved})"
+        + (
+            f"; the final-error test recomputed for {', '.join(m.upper() for m in recomputed)} "
+            "with the seeds committed now"
+            if recomputed
+            else ""
+        )
+    )
     out["recomputed"] = recomputed
     return out

@@ -19,6 +19,7 @@ is padded to a multiple of ``jax.device_count()`` and sharded over all devices. 
 ``jax.distributed.initialize()`` runs first, so on several hosts the same command sees every host's devices;
 metrics are gathered with ``multihost_utils.process_allgather`` and only process 0 writes.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,6 +48,7 @@ def is_main_process() -> bool:
 def _to_numpy(x):
     if isinstance(x, jax.Array) and not x.is_fully_addressable:  # several hosts: gather the run axis
         from jax.experimental import multihost_utils
+
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
     return np.asarray(x)
 
@@ -94,8 +96,15 @@ def load_checkpoint(path, tag: str, template):
 # --------------------------------------------------------------------------------------------
 # training one batch: runs sharing a program, for some seeds
 # --------------------------------------------------------------------------------------------
-def execute(runs: Sequence[Run], seeds: Sequence[int], dataset=None, chunk: Optional[int] = None, bar=None,
-            checkpoint: Optional[pathlib.Path] = None, log=None) -> tuple[list[dict], dict]:
+def execute(
+    runs: Sequence[Run],
+    seeds: Sequence[int],
+    dataset=None,
+    chunk: Optional[int] = None,
+    bar=None,
+    checkpoint: Optional[pathlib.Path] = None,
+    log=None,
+) -> tuple[list[dict], dict]:
     """Train ``runs`` (same ``cfg.static`` and length; their knobs may differ) for ``seeds`` as one program.
     Returns (curves [S, T] per metric for each run, info)."""
     cfg = runs[0].cfg
@@ -109,12 +118,14 @@ def execute(runs: Sequence[Run], seeds: Sequence[int], dataset=None, chunk: Opti
     carry = program.init(padded, points)
     done, parts, devices = 0, [], 1
     if checkpoint is not None and is_main_process():
-        atomic_io.remove_stale_temps(checkpoint)   # a run killed while it wrote its checkpoint
+        atomic_io.remove_stale_temps(checkpoint)  # a run killed while it wrote its checkpoint
     if checkpoint is not None and checkpoint.exists():
         restored = load_checkpoint(checkpoint, tag, carry)
         if restored is not None:
             carry, done, parts = restored
-            carry = jax.tree.map(lambda new, old: jax.device_put(new, old.sharding), carry, program.init(padded, points))
+            carry = jax.tree.map(
+                lambda new, old: jax.device_put(new, old.sharding), carry, program.init(padded, points)
+            )
             if log:
                 log(f"resumed from {checkpoint.name} at {done}/{n}")
             if bar is not None:
@@ -133,9 +144,10 @@ def execute(runs: Sequence[Run], seeds: Sequence[int], dataset=None, chunk: Opti
         checkpoint.unlink()
     full = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
     S = len(padded)
-    out = [{k: v[i * S: i * S + len(seeds)] for k, v in full.items()} for i in range(len(runs))]
-    info = dict(seconds=time.perf_counter() - t0, devices=devices, padded_seeds=S, sweep=len(runs),
-                engine=RESULTS_VERSION)
+    out = [{k: v[i * S : i * S + len(seeds)] for k, v in full.items()} for i in range(len(runs))]
+    info = dict(
+        seconds=time.perf_counter() - t0, devices=devices, padded_seeds=S, sweep=len(runs), engine=RESULTS_VERSION
+    )
     return out, info
 
 
@@ -147,7 +159,7 @@ def load_run_file(path: pathlib.Path, config_hash: str):
         with np.load(path) as f:
             if str(f["config_hash"]) != config_hash:
                 return None
-            return {k[len("curve_"):]: f[k] for k in f.files if k.startswith("curve_")}, json.loads(str(f["info"]))
+            return {k[len("curve_") :]: f[k] for k in f.files if k.startswith("curve_")}, json.loads(str(f["info"]))
     except Exception:  # missing, truncated or foreign file: train again
         return None
 
@@ -155,10 +167,15 @@ def load_run_file(path: pathlib.Path, config_hash: str):
 def write_run_file(path, run: Run, curves: dict, info: dict, seeds=None) -> None:
     seeds = run.seeds if seeds is None else seeds
     h = run.config_hash() if len(seeds) != 1 or run.seed_batch is None else run.seed_hash(seeds[0])
-    atomic_io.remove_stale_temps(path)   # left by a process killed while it wrote this file
-    atomic_io.write_npz(path, config_hash=np.array(h), info=np.array(json.dumps(info)),
-                        config=np.array(json.dumps(dataclasses.asdict(run.cfg), default=str)),
-                        seeds=np.array(seeds), **{f"curve_{k}": v for k, v in curves.items()})
+    atomic_io.remove_stale_temps(path)  # left by a process killed while it wrote this file
+    atomic_io.write_npz(
+        path,
+        config_hash=np.array(h),
+        info=np.array(json.dumps(info)),
+        config=np.array(json.dumps(dataclasses.asdict(run.cfg), default=str)),
+        seeds=np.array(seeds),
+        **{f"curve_{k}": v for k, v in curves.items()},
+    )
 
 
 def seed_file(out: pathlib.Path, run: Run, seed: int) -> pathlib.Path:
@@ -176,7 +193,7 @@ def finished_seeds(name: str, budget: str, out) -> dict:
         got = [(s, load_run_file(seed_file(out, r, s), r.seed_hash(s))) for s in r.seeds]
         got = [(s, g[0]) for s, g in got if g is not None]
         if got:
-            keys = set.intersection(*(set(c) for _, c in got))   # seeds from before a metric was added lack it
+            keys = set.intersection(*(set(c) for _, c in got))  # seeds from before a metric was added lack it
             found[r.key] = ([s for s, _ in got], {k: np.concatenate([c[k] for _, c in got]) for k in sorted(keys)})
     return found
 
@@ -193,7 +210,7 @@ def _jobs(runs: list[Run], have: dict) -> list[tuple[list[Run], tuple]]:
     width = max((len(r.seeds) for r in seeded), default=0)
     for start in range(0, width, max((r.seed_batch for r in seeded), default=1)):
         for r in seeded:
-            batch = tuple(s for s in r.seeds[start: start + r.seed_batch] if (r.key, s) not in have)
+            batch = tuple(s for s in r.seeds[start : start + r.seed_batch] if (r.key, s) not in have)
             if batch:
                 jobs.append(([r], batch))
     groups: dict = {}
@@ -204,9 +221,20 @@ def _jobs(runs: list[Run], have: dict) -> list[tuple[list[Run], tuple]]:
     return jobs
 
 
-def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[int] = None, progress: bool = True,
-               dataset=None, command: Optional[str] = None, log=None, seeds: Optional[int] = None,
-               only: Optional[Sequence[str]] = None, partial: bool = False) -> Optional[dict]:
+def run_preset(
+    name: str,
+    budget: str = "smoke",
+    out=None,
+    *,
+    chunk: Optional[int] = None,
+    progress: bool = True,
+    dataset=None,
+    command: Optional[str] = None,
+    log=None,
+    seeds: Optional[int] = None,
+    only: Optional[Sequence[str]] = None,
+    partial: bool = False,
+) -> Optional[dict]:
     """Train (or resume) every run of a preset and return its summary; with ``out``, write the per-run
     files, ``summary.json`` and ``figure.html`` there (atomically). ``seeds`` overrides the number of seeds.
 
@@ -222,8 +250,10 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
         names = {n: r.key for r in runs for n in (r.key, r.stem)}
         unknown = [k for k in only if k not in names]
         if unknown or not only:
-            raise ValueError(f"only must name runs of {name} at budget {budget} "
-                             f"({', '.join(r.stem for r in runs)}), got {', '.join(unknown) or 'nothing'}")
+            raise ValueError(
+                f"only must name runs of {name} at budget {budget} "
+                f"({', '.join(r.stem for r in runs)}), got {', '.join(unknown) or 'nothing'}"
+            )
         only = {names[k] for k in only}
     if seeds is not None:
         if not (isinstance(seeds, int) and seeds >= 1):
@@ -235,6 +265,7 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
     out = pathlib.Path(out) if out is not None else None
     if dataset is None and any(not r.family.is_token for r in runs):
         from .. import mnist
+
         dataset = mnist.load()
     t_start = time.perf_counter()
 
@@ -260,8 +291,11 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
     if partial:
         if out is None:
             raise ValueError("partial needs out, the folder of the finished seeds")
-        runs = [dataclasses.replace(r, seeds=tuple(s for s in r.seeds if (r.key, s) in per_seed))
-                if r.seed_batch else r for r in runs if (r.key in whole) or r.seed_batch]
+        runs = [
+            dataclasses.replace(r, seeds=tuple(s for s in r.seeds if (r.key, s) in per_seed)) if r.seed_batch else r
+            for r in runs
+            if (r.key in whole) or r.seed_batch
+        ]
         runs = [r for r in runs if r.seeds]
         if not runs:
             raise ValueError(f"partial: {out} holds no finished seed of {name} at budget {budget}")
@@ -286,7 +320,7 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
         for r, c in zip(group, curves):
             if r.seed_batch:
                 for j, s in enumerate(batch):
-                    one = {k: v[j: j + 1] for k, v in c.items()}
+                    one = {k: v[j : j + 1] for k, v in c.items()}
                     per_seed[(r.key, s)] = (one, dict(info, seconds=info["seconds"] / len(batch)))
                     if out is not None and main:
                         write_run_file(seed_file(out, r, s), r, one, per_seed[(r.key, s)][1], seeds=(s,))
@@ -295,27 +329,34 @@ def run_preset(name: str, budget: str = "smoke", out=None, *, chunk: Optional[in
                 if out is not None and main:
                     write_run_file(out / r.filename, r, c, info)
     missing = [r.key for r in runs if (r.key not in whole) if not r.seed_batch] + [
-        f"{r.key} seed {s}" for r in runs if r.seed_batch for s in r.seeds if (r.key, s) not in per_seed]
+        f"{r.key} seed {s}" for r in runs if r.seed_batch for s in r.seeds if (r.key, s) not in per_seed
+    ]
     if missing:
-        log(f"[{name}] {len(missing)} runs or seeds are not done yet ({', '.join(missing[:4])}"
-            f"{', ...' if len(missing) > 4 else ''}): no summary written")
+        log(
+            f"[{name}] {len(missing)} runs or seeds are not done yet ({', '.join(missing[:4])}"
+            f"{', ...' if len(missing) > 4 else ''}): no summary written"
+        )
         return None
     all_curves = {}
     for r in runs:
         if r.seed_batch:
             parts = [per_seed[(r.key, s)] for s in r.seeds]
             all_curves[r.key] = {k: np.concatenate([p[0][k] for p in parts]) for k in parts[0][0]}
-            infos[r.key] = dict(seconds=sum(p[1].get("seconds", 0.0) for p in parts),
-                                devices=max(p[1].get("devices", 1) for p in parts),
-                                engine=min(p[1].get("engine", 1) for p in parts))
+            infos[r.key] = dict(
+                seconds=sum(p[1].get("seconds", 0.0) for p in parts),
+                devices=max(p[1].get("devices", 1) for p in parts),
+                engine=min(p[1].get("engine", 1) for p in parts),
+            )
         else:
             all_curves[r.key], infos[r.key] = whole[r.key]
-    summary = summarize(preset, budget, note, runs, all_curves, infos, command=command,
-                        data_source=getattr(dataset, "source", None))
+    summary = summarize(
+        preset, budget, note, runs, all_curves, infos, command=command, data_source=getattr(dataset, "source", None)
+    )
     summary["wall_seconds"] = time.perf_counter() - t_start
     summary["partial"] = bool(partial)
     if out is not None and main:
         from .figure import preset_figure_html
+
         atomic_io.write_json(out / "summary.json", summary)
         atomic_io.write_text(out / "figure.html", preset_figure_html(summary, runs, all_curves))
     return summary
@@ -336,22 +377,45 @@ def summarize(preset, budget: str, note: str, runs, curves: dict, infos: dict, c
                 v = stats.steps_verdict(m["value"], paper, run.length) if metric == "steps_to_1pct" else None
                 if v is None:
                     v = stats.verdict(m["value"], m["se"], paper, delta, paper_se or 0.0)
-            rows.append(dict(key=run.key, method=run.method, labels=run.label, metric=metric,
-                             ours=measure["value"], se=measure["se"], per_seed=measure["per_seed"],
-                             comparable=comparable,
-                             paper=list(paper) if isinstance(paper, tuple) else paper,
-                             paper_text=stats.paper_text(paper) if comparable else "no paper number at this setting",
-                             paper_se=paper_se, resolution=delta, verdict=v,
-                             seeds=list(run.seeds), length=run.length, config_hash=run.config_hash(),
-                             seconds=infos[run.key].get("seconds"), devices=infos[run.key].get("devices"),
-                             engine=infos[run.key].get("engine", 1), config=dataclasses.asdict(run.cfg)))
+            rows.append(
+                dict(
+                    key=run.key,
+                    method=run.method,
+                    labels=run.label,
+                    metric=metric,
+                    ours=measure["value"],
+                    se=measure["se"],
+                    per_seed=measure["per_seed"],
+                    comparable=comparable,
+                    paper=list(paper) if isinstance(paper, tuple) else paper,
+                    paper_text=stats.paper_text(paper) if comparable else "no paper number at this setting",
+                    paper_se=paper_se,
+                    resolution=delta,
+                    verdict=v,
+                    seeds=list(run.seeds),
+                    length=run.length,
+                    config_hash=run.config_hash(),
+                    seconds=infos[run.key].get("seconds"),
+                    devices=infos[run.key].get("devices"),
+                    engine=infos[run.key].get("engine", 1),
+                    config=dataclasses.asdict(run.cfg),
+                )
+            )
     engines = sorted({i.get("engine", 1) for i in infos.values()})
-    summary = dict(preset=preset.name, title=preset.title, claim=preset.claim, budget=budget, budget_note=note,
-                   engine=engines,
-                   paper_setting=preset.paper_setting, metrics=list(preset.metrics),
-                   command=command or f"python -m tpo_core reproduce {preset.name} --budget {budget}",
-                   rows=rows, devices=max((i.get("devices") or 1) for i in infos.values()),
-                   train_seconds=sum(i.get("seconds") or 0.0 for i in infos.values()))
+    summary = dict(
+        preset=preset.name,
+        title=preset.title,
+        claim=preset.claim,
+        budget=budget,
+        budget_note=note,
+        engine=engines,
+        paper_setting=preset.paper_setting,
+        metrics=list(preset.metrics),
+        command=command or f"python -m tpo_core reproduce {preset.name} --budget {budget}",
+        rows=rows,
+        devices=max((i.get("devices") or 1) for i in infos.values()),
+        train_seconds=sum(i.get("seconds") or 0.0 for i in infos.values()),
+    )
     if data_source:
         summary["data_source"] = data_source
     if preset.extras is not None:
@@ -372,24 +436,44 @@ class JaxExperiment:
     preset: Preset
 
     def __getattr__(self, name):
-        if name == "preset":       # not set yet (copy, pickle): no recursion
+        if name == "preset":  # not set yet (copy, pickle): no recursion
             raise AttributeError(name)
         return getattr(self.preset, name)
 
-    def train(self, budget: str, out=None, *, seeds: Optional[int] = None, only=None, partial: bool = False,
-              progress: bool = True, command: Optional[str] = None, chunk: Optional[int] = None,
-              distributed: bool = False, **options) -> Optional[dict]:
+    def train(
+        self,
+        budget: str,
+        out=None,
+        *,
+        seeds: Optional[int] = None,
+        only=None,
+        partial: bool = False,
+        progress: bool = True,
+        command: Optional[str] = None,
+        chunk: Optional[int] = None,
+        distributed: bool = False,
+        **options,
+    ) -> Optional[dict]:
         """:func:`run_preset` into ``out`` (default ``results/<name>``); ``only`` names run keys or their file
         stems. ``chunk``: episodes per streamed chunk; ``distributed``: ``jax.distributed.initialize()`` first
         (several hosts, one process each). None on a process other than the first (only the first writes)."""
         experiments.refuse_options(self, options, "a JAX preset")
         experiments.check_budget(self, budget)
-        if distributed:            # before any JAX computation
+        if distributed:  # before any JAX computation
             jax.distributed.initialize()
         runtime.enable_compile_cache()
-        summary = run_preset(self.name, budget, self.default_out(budget) if out is None else out, chunk=chunk,
-                             progress=progress, command=command, seeds=seeds, only=only, partial=partial)
+        summary = run_preset(
+            self.name,
+            budget,
+            self.default_out(budget) if out is None else out,
+            chunk=chunk,
+            progress=progress,
+            command=command,
+            seeds=seeds,
+            only=only,
+            partial=partial,
+        )
         return summary if is_main_process() else None
 
 
-EXPERIMENTS = {name: JaxExperiment(p) for name, p in PRESETS.items()}   # this family's part of the registry
+EXPERIMENTS = {name: JaxExperiment(p) for name, p in PRESETS.items()}  # this family's part of the registry

@@ -63,6 +63,7 @@ The comparison of our seed means with the *paper's* numbers keeps the project's 
 reference's, and TPO against GRPO within ours and within the reference; :func:`load_h10` reads the committed
 per-seed files and the reference file for it. NumPy only (scipy, where installed, is used by the tests).
 """
+
 from __future__ import annotations
 
 import math
@@ -73,30 +74,32 @@ import numpy as np
 
 from .stats import permutation_test
 
-FINAL_EPISODES = 10     # final error: mean of the last 10 episodes
-LATE_FRACTION = 0.5     # late phase: the second half of the run (episodes 1000-1999 of 2000)
-STEPS_LEVEL = 0.10      # steps to 10 % error: first episode at or below this fraction
-SOLVED_LEVEL = 0.05     # ever solved: some episode below this fraction
-RELAPSE_LEVEL = 0.50    # a solved seed "relapsed" if its error later rose above this fraction
-MIN_SEEDS = 16          # the rule: fewer seeds on either side -> "too few seeds"
-P_STRONG = 0.01         # the rule: late-phase rank p below this alone -> "differs"
-P_WEAK = 0.05           # the rule: late-phase p below this and a corroborating test below this -> "differs"
-N_PERM = 20000          # relabelings of the permutation test
-EXACT_MAX_SEEDS = 80    # Mann-Whitney "auto": exact when both groups together have at most this many seeds
-_TOL = 1e-6             # float32 curves: 0.1 stored as 0.10000000149 still counts as "at or below 10 %"
+FINAL_EPISODES = 10  # final error: mean of the last 10 episodes
+LATE_FRACTION = 0.5  # late phase: the second half of the run (episodes 1000-1999 of 2000)
+STEPS_LEVEL = 0.10  # steps to 10 % error: first episode at or below this fraction
+SOLVED_LEVEL = 0.05  # ever solved: some episode below this fraction
+RELAPSE_LEVEL = 0.50  # a solved seed "relapsed" if its error later rose above this fraction
+MIN_SEEDS = 16  # the rule: fewer seeds on either side -> "too few seeds"
+P_STRONG = 0.01  # the rule: late-phase rank p below this alone -> "differs"
+P_WEAK = 0.05  # the rule: late-phase p below this and a corroborating test below this -> "differs"
+N_PERM = 20000  # relabelings of the permutation test
+EXACT_MAX_SEEDS = 80  # Mann-Whitney "auto": exact when both groups together have at most this many seeds
+_TOL = 1e-6  # float32 curves: 0.1 stored as 0.10000000149 still counts as "at or below 10 %"
 
 CONSISTENT, DIFFERS, TOO_FEW = "consistent", "differs", "too few seeds"
-NO_DIFFERENCE = "no difference shown"   # the third outcome when two methods of one code are compared
+NO_DIFFERENCE = "no difference shown"  # the third outcome when two methods of one code are compared
 STATISTICS = {
     "late": "late-phase mean error (%)",
     "final": f"final error (%, mean of the last {FINAL_EPISODES} episodes)",
     "steps": f"steps to {100 * STEPS_LEVEL:.0f} % error (episodes)",
     "solved": f"never solved (no episode below {100 * SOLVED_LEVEL:.0f} %)",
 }
-RULE = (f"too few seeds if either side has fewer than {MIN_SEEDS}; else differs if the late-phase Mann-Whitney "
-        f"p < {P_STRONG:g}, or if it is < {P_WEAK:g} and the final-error Mann-Whitney p or the never-solved "
-        f"Fisher p is also < {P_WEAK:g}; else consistent (ours against the reference) or "
-        f"{NO_DIFFERENCE} (two methods of one code)")
+RULE = (
+    f"too few seeds if either side has fewer than {MIN_SEEDS}; else differs if the late-phase Mann-Whitney "
+    f"p < {P_STRONG:g}, or if it is < {P_WEAK:g} and the final-error Mann-Whitney p or the never-solved "
+    f"Fisher p is also < {P_WEAK:g}; else consistent (ours against the reference) or "
+    f"{NO_DIFFERENCE} (two methods of one code)"
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -124,9 +127,13 @@ def per_seed(curves) -> dict:
     S, T = c.shape
     lo, hi = late_window(T)
     reached = c <= STEPS_LEVEL + _TOL
-    return dict(final=100 * c[:, -min(FINAL_EPISODES, T):].mean(1), late=100 * c[:, lo:hi].mean(1),
-                steps=np.where(reached.any(1), reached.argmax(1), np.inf).astype(float),
-                solved=(c < SOLVED_LEVEL - _TOL).any(1), min=100 * c.min(1))
+    return dict(
+        final=100 * c[:, -min(FINAL_EPISODES, T) :].mean(1),
+        late=100 * c[:, lo:hi].mean(1),
+        steps=np.where(reached.any(1), reached.argmax(1), np.inf).astype(float),
+        solved=(c < SOLVED_LEVEL - _TOL).any(1),
+        min=100 * c.min(1),
+    )
 
 
 def seed_outcomes(curves) -> dict:
@@ -143,10 +150,17 @@ def seed_outcomes(curves) -> dict:
     relapsed = solved & (after > RELAPSE_LEVEL)
     ends = solved & (st["final"] >= 100 * STEPS_LEVEL - 1e-9)
     pos = lambda m: [int(i) for i in np.nonzero(m)[0]]  # noqa: E731
-    return dict(n=int(len(c)), solved=int(solved.sum()), never_solved=int((~solved).sum()),
-                relapsed=int(relapsed.sum()), ends_relapsed=int(ends.sum()),
-                worst_relapse=float(100 * np.nanmax(after)) if solved.any() else None,
-                never_solved_seeds=pos(~solved), relapsed_seeds=pos(relapsed), ends_relapsed_seeds=pos(ends))
+    return dict(
+        n=int(len(c)),
+        solved=int(solved.sum()),
+        never_solved=int((~solved).sum()),
+        relapsed=int(relapsed.sum()),
+        ends_relapsed=int(ends.sum()),
+        worst_relapse=float(100 * np.nanmax(after)) if solved.any() else None,
+        never_solved_seeds=pos(~solved),
+        relapsed_seeds=pos(relapsed),
+        ends_relapsed_seeds=pos(ends),
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -242,8 +256,14 @@ def fisher_exact(table) -> float:
 # ----------------------------------------------------------------------------------------------------------------
 # the comparison and the rule
 # ----------------------------------------------------------------------------------------------------------------
-def rule(n_a: int, n_b: int, p_late: Optional[float], p_final: Optional[float], p_solved: Optional[float],
-         same: str = CONSISTENT) -> tuple:
+def rule(
+    n_a: int,
+    n_b: int,
+    p_late: Optional[float],
+    p_final: Optional[float],
+    p_solved: Optional[float],
+    same: str = CONSISTENT,
+) -> tuple:
     """(verdict, reason) by the rule of the module docstring, from the seed counts and the late-phase and
     final-error Mann–Whitney p-values and the never-solved Fisher p-value. ``same`` is the word for "no
     difference": ``CONSISTENT`` (ours against the reference) or ``NO_DIFFERENCE`` (two methods)."""
@@ -254,12 +274,17 @@ def rule(n_a: int, n_b: int, p_late: Optional[float], p_final: Optional[float], 
     if p_late is not None and p_late < P_STRONG:
         return DIFFERS, f"late-phase rank p = {p_late:.3g} < {P_STRONG:g}"
     if p_late is not None and p_late < P_WEAK:
-        backing = [f"{name} p = {p:.3g}" for name, p in (("final-error rank", p_final), ("never-solved Fisher", p_solved))
-                   if p is not None and p < P_WEAK]
+        backing = [
+            f"{name} p = {p:.3g}"
+            for name, p in (("final-error rank", p_final), ("never-solved Fisher", p_solved))
+            if p is not None and p < P_WEAK
+        ]
         if backing:
             return DIFFERS, f"late-phase rank p = {p_late:.3g} < {P_WEAK:g}, backed by " + " and ".join(backing)
-        return same, (f"late-phase rank p = {p_late:.3g} < {P_WEAK:g} but neither the final error nor the "
-                      "never-solved count differs at that level")
+        return same, (
+            f"late-phase rank p = {p_late:.3g} < {P_WEAK:g} but neither the final error nor the "
+            "never-solved count differs at that level"
+        )
     return same, f"late-phase rank p = {p_late:.3g} ≥ {P_WEAK:g}"
 
 
@@ -268,8 +293,9 @@ def _finite_or_none(v):
     return v if math.isfinite(v) else None
 
 
-def compare(a_curves, b_curves, names=("ours", "reference"), n_perm: int = N_PERM, seed: int = 0,
-            same: str = CONSISTENT) -> dict:
+def compare(
+    a_curves, b_curves, names=("ours", "reference"), n_perm: int = N_PERM, seed: int = 0, same: str = CONSISTENT
+) -> dict:
     """The four statistics of two groups of seeds, their tests and the verdict of :func:`rule`.
 
     ``a_curves``, ``b_curves``: error curves [S, T] (fractions; the two lengths may differ, each seed's
@@ -286,21 +312,42 @@ def compare(a_curves, b_curves, names=("ours", "reference"), n_perm: int = N_PER
         fa = np.where(np.isinf(xa), a.shape[1], xa)
         fb = np.where(np.isinf(xb), b.shape[1], xb)
         mw = mann_whitney(xa, xb)
-        out[key] = dict(a=[_finite_or_none(v) for v in xa], b=[_finite_or_none(v) for v in xb],
-                        mean_a=float(fa.mean()), mean_b=float(fb.mean()),
-                        median_a=_finite_or_none(np.median(xa)), median_b=_finite_or_none(np.median(xb)),
-                        perm_p=permutation_test(fa, fb, n_perm=n_perm, seed=seed) if len(fa) > 1 or len(fb) > 1 else 1.0,
-                        rank_p=mw["p"], U=mw["U"], rank_method=mw["method"])
+        out[key] = dict(
+            a=[_finite_or_none(v) for v in xa],
+            b=[_finite_or_none(v) for v in xb],
+            mean_a=float(fa.mean()),
+            mean_b=float(fb.mean()),
+            median_a=_finite_or_none(np.median(xa)),
+            median_b=_finite_or_none(np.median(xb)),
+            perm_p=permutation_test(fa, fb, n_perm=n_perm, seed=seed) if len(fa) > 1 or len(fb) > 1 else 1.0,
+            rank_p=mw["p"],
+            U=mw["U"],
+            rank_method=mw["method"],
+        )
         if key == "steps":
             out[key].update(never_a=int(np.isinf(xa).sum()), never_b=int(np.isinf(xb).sum()))
     never_a, never_b = int((~sa["solved"]).sum()), int((~sb["solved"]).sum())
     table = [[never_a, len(a) - never_a], [never_b, len(b) - never_b]]
-    out["solved"] = dict(a=[bool(v) for v in sa["solved"]], b=[bool(v) for v in sb["solved"]],
-                         never_a=never_a, never_b=never_b, table=table, fisher_p=fisher_exact(table))
-    verdict, reason = rule(len(a), len(b), out["late"]["rank_p"], out["final"]["rank_p"], out["solved"]["fisher_p"],
-                           same)
-    return dict(names=list(names), n=[int(len(a)), int(len(b))], length=[int(a.shape[1]), int(b.shape[1])],
-                statistics=out, verdict=verdict, reason=reason, rule=RULE)
+    out["solved"] = dict(
+        a=[bool(v) for v in sa["solved"]],
+        b=[bool(v) for v in sb["solved"]],
+        never_a=never_a,
+        never_b=never_b,
+        table=table,
+        fisher_p=fisher_exact(table),
+    )
+    verdict, reason = rule(
+        len(a), len(b), out["late"]["rank_p"], out["final"]["rank_p"], out["solved"]["fisher_p"], same
+    )
+    return dict(
+        names=list(names),
+        n=[int(len(a)), int(len(b))],
+        length=[int(a.shape[1]), int(b.shape[1])],
+        statistics=out,
+        verdict=verdict,
+        reason=reason,
+        rule=RULE,
+    )
 
 
 def h10_comparison(ours: dict, reference: Optional[dict] = None, n_perm: int = N_PERM) -> dict:
@@ -316,14 +363,30 @@ def h10_comparison(ours: dict, reference: Optional[dict] = None, n_perm: int = N
             comparisons[f"{m}: ours vs reference"] = compare(ours[m], reference[m], ("ours", "reference"), n_perm)
     for side, curves in (("ours", ours), ("reference", reference)):
         if "tpo" in curves and "grpo" in curves:
-            comparisons[f"{side}: tpo vs grpo"] = compare(curves["tpo"], curves["grpo"], ("tpo", "grpo"), n_perm,
-                                                           same=NO_DIFFERENCE)
-    outcomes = {side: {m: seed_outcomes(c) for m, c in curves.items()}
-                for side, curves in (("ours", ours), ("reference", reference)) if curves}
-    return dict(comparisons=comparisons, outcomes=outcomes, rule=RULE,
-                thresholds=dict(min_seeds=MIN_SEEDS, p_strong=P_STRONG, p_weak=P_WEAK, final_episodes=FINAL_EPISODES,
-                                late_fraction=LATE_FRACTION, steps_level=STEPS_LEVEL, solved_level=SOLVED_LEVEL,
-                                relapse_level=RELAPSE_LEVEL, n_perm=n_perm))
+            comparisons[f"{side}: tpo vs grpo"] = compare(
+                curves["tpo"], curves["grpo"], ("tpo", "grpo"), n_perm, same=NO_DIFFERENCE
+            )
+    outcomes = {
+        side: {m: seed_outcomes(c) for m, c in curves.items()}
+        for side, curves in (("ours", ours), ("reference", reference))
+        if curves
+    }
+    return dict(
+        comparisons=comparisons,
+        outcomes=outcomes,
+        rule=RULE,
+        thresholds=dict(
+            min_seeds=MIN_SEEDS,
+            p_strong=P_STRONG,
+            p_weak=P_WEAK,
+            final_episodes=FINAL_EPISODES,
+            late_fraction=LATE_FRACTION,
+            steps_level=STEPS_LEVEL,
+            solved_level=SOLVED_LEVEL,
+            relapse_level=RELAPSE_LEVEL,
+            n_perm=n_perm,
+        ),
+    )
 
 
 H10_FOLDER = "table3_paper_h10"

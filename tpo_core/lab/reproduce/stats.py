@@ -11,6 +11,7 @@ returns one of
 Both standard errors enter the interval (ours from our seeds, the target's where known); an unknown target
 SE counts as 0, which only makes "consistent" harder to reach, never easier.
 """
+
 from __future__ import annotations
 
 import math
@@ -111,7 +112,7 @@ def permutation_test(a, b, n_perm: int = 20000, seed: int = 0) -> float:
     rng = np.random.default_rng(seed)
     idx = np.argsort(rng.random((n_perm, len(pooled))), axis=1)
     perm = pooled[idx]
-    diffs = np.abs(perm[:, : len(a)].mean(1) - perm[:, len(a):].mean(1))
+    diffs = np.abs(perm[:, : len(a)].mean(1) - perm[:, len(a) :].mean(1))
     return float((1 + np.sum(diffs >= observed - 1e-12)) / (n_perm + 1))
 
 
@@ -131,8 +132,9 @@ def two_sample_verdict(a, b, resolution: float) -> dict:
     difference of means, and the verdict of the module docstring applied to that CI."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     if len(a) < 2 or len(b) < 2:
-        return dict(p_value=None, ci=None, diff=float(a.mean() - b.mean()), verdict=INCONCLUSIVE,
-                    note="fewer than two seeds")
+        return dict(
+            p_value=None, ci=None, diff=float(a.mean() - b.mean()), verdict=INCONCLUSIVE, note="fewer than two seeds"
+        )
     p = permutation_test(a, b)
     lo, hi = bootstrap_diff_ci(a, b)
     diff = float(a.mean() - b.mean())
@@ -143,7 +145,7 @@ def kendall_tau(a: Sequence[str], b: Sequence[str]) -> float:
     """Rank agreement of two orderings of the same items (1 = same order, −1 = reversed)."""
     items = [x for x in a if x in b]
     ra, rb = {x: i for i, x in enumerate(a)}, {x: i for i, x in enumerate(b)}
-    pairs = [(x, y) for i, x in enumerate(items) for y in items[i + 1:]]
+    pairs = [(x, y) for i, x in enumerate(items) for y in items[i + 1 :]]
     if not pairs:
         return float("nan")
     s = sum(np.sign(ra[x] - ra[y]) * np.sign(rb[x] - rb[y]) for x, y in pairs)
