@@ -100,13 +100,19 @@ def on_task_change(task):
     family = T.family(task)
     token = family.is_token
     keep = [m for m in T.DEFAULTS["methods"] if m in family.methods]
-    return (gr.update(choices=method_choices(task), value=keep), *(gr.update(visible=token) for _ in range(5)),
-            gr.update(visible=not token), gr.update(visible=token), gr.update(visible=token), T.EXPLAIN[task],
-            gr.update(label=family.zero_label))
+    return (
+        gr.update(choices=method_choices(task), value=keep),
+        *(gr.update(visible=token) for _ in range(5)),
+        gr.update(visible=not token),
+        gr.update(visible=token),
+        gr.update(visible=token),
+        T.EXPLAIN[task],
+        gr.update(label=family.zero_label),
+    )
 
 
-STOPS = StopBoard()                    # every session's runs and Stop requests (demos/stop.py)
-STOP_WAIT_S = 600.0                    # await_stopped gives up after this long (a chunk takes seconds)
+STOPS = StopBoard()  # every session's runs and Stop requests (demos/stop.py)
+STOP_WAIT_S = 600.0  # await_stopped gives up after this long (a chunk takes seconds)
 
 
 def _session(request) -> str:
@@ -118,8 +124,9 @@ def request_stop(session: str) -> bool:
     return STOPS.request(session) is not None
 
 
-def train_stream(task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_steps,
-                 request: gr.Request = None):
+def train_stream(
+    task, methods, reward, H, B, K, eta, episodes, n_seeds, seed, bandit_steps, request: gr.Request = None
+):
     """Generator callback (the Train button): validated request -> streamed (status, 4 figures, history state,
     episode slider). Ends early, with the "stopped" status, when Stop is pressed in the same session."""
     try:
@@ -183,8 +190,10 @@ def stopped_status(hist=None):
     if not hist or not hist.get("done"):
         return "**stopped** before the first update — press **Train** to start a new run"
     scale = T.family(hist).block
-    return (f"**stopped** at {hist['done'] * scale} / {hist['total'] * scale} {hist['unit']}s — the plots show the "
-            "run so far; press **Train** to start a new run")
+    return (
+        f"**stopped** at {hist['done'] * scale} / {hist['total'] * scale} {hist['unit']}s — the plots show the "
+        "run so far; press **Train** to start a new run"
+    )
 
 
 def show_episode(hist, episode):
@@ -241,41 +250,76 @@ def _explorer_tab():
     with gr.Tab("Target explorer", id="explorer"):
         with gr.Row():
             with gr.Column(scale=1, min_width=280):
-                k = gr.Slider(2, X.MAX_K, value=EXPLORER_DEFAULTS["K"], step=1, label="K (group size)",
-                              elem_id="explorer-k")
-                eta = gr.Slider(0.05, 5.0, value=EXPLORER_DEFAULTS["eta"], step=0.05,
-                                label="η (how far q may move from p_old)", elem_id="explorer-eta")
-                scores_preset = gr.Dropdown(list(X.SCORE_PRESETS), value=EXPLORER_DEFAULTS["scores_preset"],
-                                            label="scores preset", elem_id="explorer-scores-preset")
+                k = gr.Slider(
+                    2, X.MAX_K, value=EXPLORER_DEFAULTS["K"], step=1, label="K (group size)", elem_id="explorer-k"
+                )
+                eta = gr.Slider(
+                    0.05,
+                    5.0,
+                    value=EXPLORER_DEFAULTS["eta"],
+                    step=0.05,
+                    label="η (how far q may move from p_old)",
+                    elem_id="explorer-eta",
+                )
+                scores_preset = gr.Dropdown(
+                    list(X.SCORE_PRESETS),
+                    value=EXPLORER_DEFAULTS["scores_preset"],
+                    label="scores preset",
+                    elem_id="explorer-scores-preset",
+                )
                 scores_text = gr.Textbox(s0, label="scores s₁ … s_K (edit freely)", elem_id="explorer-scores")
-                logp_preset = gr.Dropdown(list(X.LOGP_PRESETS), value=EXPLORER_DEFAULTS["logp_preset"],
-                                          label="behaviour log-probs ℓ_old", elem_id="explorer-logp-preset")
+                logp_preset = gr.Dropdown(
+                    list(X.LOGP_PRESETS),
+                    value=EXPLORER_DEFAULTS["logp_preset"],
+                    label="behaviour log-probs ℓ_old",
+                    elem_id="explorer-logp-preset",
+                )
                 seed = gr.Number(EXPLORER_DEFAULTS["seed"], precision=0, label="seed (random log-probs)")
-                logp_text = gr.Textbox(l0, label="log-probs ℓ_old,1 … ℓ_old,K (edit freely)",
-                                       elem_id="explorer-logp")
+                logp_text = gr.Textbox(l0, label="log-probs ℓ_old,1 … ℓ_old,K (edit freely)", elem_id="explorer-logp")
                 message = gr.Markdown("", elem_id="explorer-message")
             with gr.Column(scale=3):
-                bars = gr.Plot(X.bars_figure(a0), label="p_old, q, u and the gradient p − q",
-                               elem_id="explorer-bars")
+                bars = gr.Plot(X.bars_figure(a0), label="p_old, q, u and the gradient p − q", elem_id="explorer-bars")
                 with gr.Row():
                     with gr.Column(scale=3):
-                        contrast = gr.Plot(X.contrast_figure(a0), label="TPO against GRPO on this group",
-                                           elem_id="explorer-contrast")
+                        contrast = gr.Plot(
+                            X.contrast_figure(a0), label="TPO against GRPO on this group", elem_id="explorer-contrast"
+                        )
                     with gr.Column(scale=2):
                         summary = gr.Markdown(X.summary_markdown(a0), elem_id="explorer-summary")
         outputs = [scores_text, logp_text, message, summary, bars, contrast]
-        gr.on([k.change, eta.change, scores_preset.input, logp_preset.input, seed.change], explore,
-              inputs=[k, eta, scores_preset, scores_text, logp_preset, logp_text, seed], outputs=outputs,
-              api_name="explore", concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
-              show_progress="hidden", trigger_mode="always_last")
-        gr.on([scores_text.input, scores_text.submit], explore_typed_scores, inputs=[k, eta, scores_text, logp_preset, logp_text, seed],
-                          outputs=outputs + [scores_preset], api_visibility="private",
-                          concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
-                          show_progress="hidden", trigger_mode="always_last")
-        gr.on([logp_text.input, logp_text.submit], explore_typed_logp, inputs=[k, eta, scores_preset, scores_text, logp_text, seed],
-                        outputs=outputs + [logp_preset], api_visibility="private",
-                        concurrency_limit=EXPLORER_CONCURRENCY, concurrency_id="explorer",
-                        show_progress="hidden", trigger_mode="always_last")
+        gr.on(
+            [k.change, eta.change, scores_preset.input, logp_preset.input, seed.change],
+            explore,
+            inputs=[k, eta, scores_preset, scores_text, logp_preset, logp_text, seed],
+            outputs=outputs,
+            api_name="explore",
+            concurrency_limit=EXPLORER_CONCURRENCY,
+            concurrency_id="explorer",
+            show_progress="hidden",
+            trigger_mode="always_last",
+        )
+        gr.on(
+            [scores_text.input, scores_text.submit],
+            explore_typed_scores,
+            inputs=[k, eta, scores_text, logp_preset, logp_text, seed],
+            outputs=outputs + [scores_preset],
+            api_visibility="private",
+            concurrency_limit=EXPLORER_CONCURRENCY,
+            concurrency_id="explorer",
+            show_progress="hidden",
+            trigger_mode="always_last",
+        )
+        gr.on(
+            [logp_text.input, logp_text.submit],
+            explore_typed_logp,
+            inputs=[k, eta, scores_preset, scores_text, logp_text, seed],
+            outputs=outputs + [logp_preset],
+            api_visibility="private",
+            concurrency_limit=EXPLORER_CONCURRENCY,
+            concurrency_id="explorer",
+            show_progress="hidden",
+            trigger_mode="always_last",
+        )
 
 
 def _training_tab():
@@ -288,61 +332,129 @@ def _training_tab():
         with gr.Row():
             with gr.Column(scale=1, min_width=280):
                 task = gr.Radio(list(T.TASKS), value=default_task, label="task", elem_id="train-task")
-                methods = gr.CheckboxGroup(method_choices(default_task), value=T.DEFAULTS["methods"],
-                                           label="methods (≤ 4)", elem_id="train-methods")
-                reward = gr.Dropdown(list(T.REWARDS), value=T.DEFAULTS["reward"],
-                                     label="reward (reverse copy, V = 2)", elem_id="train-reward",
-                                     visible=token0)
-                h = gr.Slider(T.H_MIN, T.H_MAX, value=T.DEFAULTS["H"], step=1, label="H (sequence length)",
-                              elem_id="train-h", visible=token0)
-                tk = gr.Slider(2, T.MAX_TRAIN_K, value=T.DEFAULTS["K"], step=1, label="K (group size)",
-                               elem_id="train-k", visible=token0)
-                b = gr.Slider(1, T.MAX_B, value=T.DEFAULTS["B"], step=1, label="B (prompts per episode)",
-                              elem_id="train-b", visible=token0)
-                episodes = gr.Number(T.DEFAULTS["episodes"], precision=0,
-                                     label=f"episodes (≤ {T.MAX_EPISODES})", elem_id="train-episodes",
-                                     visible=token0)
-                steps = gr.Number(T.DEFAULTS["bandit_steps"], precision=0, label="MNIST steps (≤ 10,000)",
-                                  visible=not token0, elem_id="train-steps")
-                teta = gr.Slider(0.05, 5.0, value=T.DEFAULTS["eta"], step=0.05, label="η (TPO)",
-                                 elem_id="train-eta")
+                methods = gr.CheckboxGroup(
+                    method_choices(default_task),
+                    value=T.DEFAULTS["methods"],
+                    label="methods (≤ 4)",
+                    elem_id="train-methods",
+                )
+                reward = gr.Dropdown(
+                    list(T.REWARDS),
+                    value=T.DEFAULTS["reward"],
+                    label="reward (reverse copy, V = 2)",
+                    elem_id="train-reward",
+                    visible=token0,
+                )
+                h = gr.Slider(
+                    T.H_MIN,
+                    T.H_MAX,
+                    value=T.DEFAULTS["H"],
+                    step=1,
+                    label="H (sequence length)",
+                    elem_id="train-h",
+                    visible=token0,
+                )
+                tk = gr.Slider(
+                    2,
+                    T.MAX_TRAIN_K,
+                    value=T.DEFAULTS["K"],
+                    step=1,
+                    label="K (group size)",
+                    elem_id="train-k",
+                    visible=token0,
+                )
+                b = gr.Slider(
+                    1,
+                    T.MAX_B,
+                    value=T.DEFAULTS["B"],
+                    step=1,
+                    label="B (prompts per episode)",
+                    elem_id="train-b",
+                    visible=token0,
+                )
+                episodes = gr.Number(
+                    T.DEFAULTS["episodes"],
+                    precision=0,
+                    label=f"episodes (≤ {T.MAX_EPISODES})",
+                    elem_id="train-episodes",
+                    visible=token0,
+                )
+                steps = gr.Number(
+                    T.DEFAULTS["bandit_steps"],
+                    precision=0,
+                    label="MNIST steps (≤ 10,000)",
+                    visible=not token0,
+                    elem_id="train-steps",
+                )
+                teta = gr.Slider(0.05, 5.0, value=T.DEFAULTS["eta"], step=0.05, label="η (TPO)", elem_id="train-eta")
                 with gr.Row():
                     n_seeds = gr.Slider(1, T.MAX_SEEDS, value=T.DEFAULTS["n_seeds"], step=1, label="seeds")
                     tseed = gr.Number(T.DEFAULTS["seed"], precision=0, label="first seed")
                 with gr.Row():
                     start = gr.Button("Train", variant="primary", elem_id="train-start")
                     stop = gr.Button("Stop", variant="stop", elem_id="train-stop")
-                gr.Markdown("Single-sample methods (PPO, PG, DG) are interaction-matched: B·K prompts and "
-                            "lr·√K. A new configuration compiles once, then is cached; the default one "
-                            "is compiled at startup. Two runs train at a time; others wait in the queue. "
-                            "Stop ends a run after its current chunk; Train pressed while a run is going "
-                            "starts the new run when that one ends.")
+                gr.Markdown(
+                    "Single-sample methods (PPO, PG, DG) are interaction-matched: B·K prompts and "
+                    "lr·√K. A new configuration compiles once, then is cached; the default one "
+                    "is compiled at startup. Two runs train at a time; others wait in the queue. "
+                    "Stop ends a run after its current chunk; Train pressed while a run is going "
+                    "starts the new run when that one ends."
+                )
             with gr.Column(scale=3):
-                status = gr.Markdown(f"Press **Train**: {' and '.join(M.REGISTRY[m].title for m in T.DEFAULTS['methods'])}"
-                                     f" learn the {default_task} side by side.", elem_id="train-status")
+                status = gr.Markdown(
+                    f"Press **Train**: {' and '.join(M.REGISTRY[m].title for m in T.DEFAULTS['methods'])}"
+                    f" learn the {default_task} side by side.",
+                    elem_id="train-status",
+                )
                 with gr.Row():
                     err_plot = gr.Plot(label="error", elem_id="train-error")
                     grad_plot = gr.Plot(label="gradient norm and step size", elem_id="train-grad")
                 with gr.Row():
                     zero_plot = gr.Plot(label=T.family(default_task).zero_label, elem_id="train-zero")
                     pq_plot = gr.Plot(label="tracked group", elem_id="train-pq", visible=token0)
-                episode = gr.Slider(0, 1, value=0, step=1, interactive=False, visible=token0,
-                                    label="episode shown in the tracked-group plot", elem_id="train-episode")
+                episode = gr.Slider(
+                    0,
+                    1,
+                    value=0,
+                    step=1,
+                    interactive=False,
+                    visible=token0,
+                    label="episode shown in the tracked-group plot",
+                    elem_id="train-episode",
+                )
                 explain = gr.Markdown(T.EXPLAIN[default_task], elem_id="train-explain")
-        task.change(on_task_change, inputs=task,
-                    outputs=[methods, reward, h, tk, b, episodes, steps, pq_plot, episode, explain, zero_plot],
-                    api_visibility="private", show_progress="hidden")
-        start.click(train_stream, inputs=[task, methods, reward, h, b, tk, teta, episodes, n_seeds, tseed, steps],
-                          outputs=[status, err_plot, grad_plot, zero_plot, pq_plot, hist_state, episode],
-                          api_name="train", concurrency_limit=TRAINING_CONCURRENCY, concurrency_id="training",
-                          show_progress="minimal", show_progress_on=[status],
-                          trigger_mode="always_last")  # Train pressed while a run ends: the next run waits
-        stopping = stop.click(stop_run, hist_state, [status, stop_id], api_visibility="private",
-                              concurrency_id="explorer")
-        stopping.then(await_stopped, stop_id, status, api_visibility="private", concurrency_limit=None,
-                      show_progress="hidden")
-        episode.release(show_episode, inputs=[hist_state, episode], outputs=pq_plot, api_visibility="private",
-                        show_progress="hidden", concurrency_id="explorer")
+        task.change(
+            on_task_change,
+            inputs=task,
+            outputs=[methods, reward, h, tk, b, episodes, steps, pq_plot, episode, explain, zero_plot],
+            api_visibility="private",
+            show_progress="hidden",
+        )
+        start.click(
+            train_stream,
+            inputs=[task, methods, reward, h, b, tk, teta, episodes, n_seeds, tseed, steps],
+            outputs=[status, err_plot, grad_plot, zero_plot, pq_plot, hist_state, episode],
+            api_name="train",
+            concurrency_limit=TRAINING_CONCURRENCY,
+            concurrency_id="training",
+            show_progress="minimal",
+            show_progress_on=[status],
+            trigger_mode="always_last",
+        )  # Train pressed while a run ends: the next run waits
+        stopping = stop.click(
+            stop_run, hist_state, [status, stop_id], api_visibility="private", concurrency_id="explorer"
+        )
+        stopping.then(
+            await_stopped, stop_id, status, api_visibility="private", concurrency_limit=None, show_progress="hidden"
+        )
+        episode.release(
+            show_episode,
+            inputs=[hist_state, episode],
+            outputs=pq_plot,
+            api_visibility="private",
+            show_progress="hidden",
+            concurrency_id="explorer",
+        )
 
 
 def _paper_tab():
@@ -350,8 +462,12 @@ def _paper_tab():
     with gr.Tab("Paper results", id="paper"):
         md0, figs0, frame0 = paper_view()
         reload_btn = gr.Button("Reload results/", size="sm")
-        fig_choice = gr.Dropdown(figs0, value=figs0[0][1] if figs0 else None, visible=bool(figs0),
-                                 label="reproduced figure (results/<preset>/figure.html)")
+        fig_choice = gr.Dropdown(
+            figs0,
+            value=figs0[0][1] if figs0 else None,
+            visible=bool(figs0),
+            label="reproduced figure (results/<preset>/figure.html)",
+        )
         fig_frame = gr.HTML(frame0, elem_id="paper-figure")
         paper_md = gr.Markdown(md0, elem_id="paper-md")
         fig_choice.input(paper.figure_iframe, fig_choice, fig_frame, api_visibility="private")

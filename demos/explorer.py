@@ -22,7 +22,7 @@ from tpo_core.lab import figures
 
 from .inputs import InputError, check_eta, check_int
 
-MAX_K = 64            # largest group the explorer accepts
+MAX_K = 64  # largest group the explorer accepts
 N_ALTERNATIVES = 400  # perturbed distributions q is compared against
 
 SCORE_PRESETS = core.SCORE_PRESETS + ("custom",)  # one copy of the presets, shared with the book

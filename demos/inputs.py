@@ -3,6 +3,7 @@ parameter) raised as :class:`InputError`, which the callbacks show as a UI messa
 
 The explorer tab checks K and η here; the training tab's :func:`validate` is the live engine's
 (:func:`tpo_core.lab.live.validate`, shared with the notebook widget), wrapped the same way."""
+
 from __future__ import annotations
 
 import functools
@@ -25,6 +26,7 @@ def _as_input_error(check):
             raise
         except ValueError as e:
             raise InputError(str(e)) from None
+
     return wrapped
 
 

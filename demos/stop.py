@@ -8,6 +8,7 @@ so Stop first says "stopping", and a follow-up event waits for that run to end (
 and writes the status it ended with: the last word is always the run's own, whichever of the two messages the
 browser receives first. A run still waiting in the queue is not running yet, so Stop does not reach it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,11 +26,11 @@ class StopBoard:
 
     def __init__(self, latest_keep: int = 4096, final_keep: int = 256):
         self.latest_keep, self.final_keep = latest_keep, final_keep
-        self.running: dict[str, int] = {}                                    # session -> its running run
+        self.running: dict[str, int] = {}  # session -> its running run
         self.latest: "collections.OrderedDict[str, int]" = collections.OrderedDict()  # session -> latest run
         self.stop_requests: set[str] = set()
-        self.final: "collections.OrderedDict[int, str]" = collections.OrderedDict()   # run -> last status
-        self.waiters: dict[int, list] = collections.defaultdict(list)        # run -> [(event loop, future)]
+        self.final: "collections.OrderedDict[int, str]" = collections.OrderedDict()  # run -> last status
+        self.waiters: dict[int, list] = collections.defaultdict(list)  # run -> [(event loop, future)]
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 

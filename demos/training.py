@@ -54,8 +54,19 @@ from .inputs import InputError, validate  # noqa: F401  (the engine's validate, 
 # shows the paper's observation (TPO's ‖∇L‖ falls as its policy reaches the targets, GRPO's stays high); the
 # token-task values apply when the reader switches task. tests/test_demo_callbacks.py checks what EXPLAIN says
 # about the default run against a real default run.
-DEFAULTS = dict(task=MNIST_BANDIT, methods=["tpo", "grpo"], reward="terminal", H=6, B=100, K=8, eta=1.0,
-                episodes=300, n_seeds=1, seed=0, bandit_steps=3000)
+DEFAULTS = dict(
+    task=MNIST_BANDIT,
+    methods=["tpo", "grpo"],
+    reward="terminal",
+    H=6,
+    B=100,
+    K=8,
+    eta=1.0,
+    episodes=300,
+    n_seeds=1,
+    seed=0,
+    bandit_steps=3000,
+)
 
 EXPLAIN = {
     MNIST_BANDIT: (
@@ -69,7 +80,8 @@ EXPLAIN = {
         "contrast on the token task (its ablation runs). "
         "The two methods' steps ‖Δθ‖ stay of similar size all the same: Adam divides the gradient by its "
         "running size, so a small gradient is "
-        "not a small step. **Bottom:** training error of the sampled guesses."),
+        "not a small step. **Bottom:** training error of the sampled guesses."
+    ),
     TOKEN_REVERSAL: (
         "**What you are looking at** (reverse copy, V = 2: reproduce the prompt backwards; one group of K "
         "answers per prompt). **Top left:** error of each episode's rollouts. **Top right** (log axis): the "

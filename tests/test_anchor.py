@@ -51,7 +51,7 @@ def test_parts_are_the_gradients_of_each_kind_of_group(split_run):
     moved = jax.tree.unflatten(tree, [x + 0.05 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
     g, g_parts = split_run.split(moved["model"], batch, knobs)
 
-    def engine_grad(rows):   # the engine's loss (a mean over its groups) on a sub-batch, weighted back to 1/B
+    def engine_grad(rows):  # the engine's loss (a mean over its groups) on a sub-batch, weighted back to 1/B
         grads = jax.grad(lambda p: parts["loss_fn"](p, _subbatch(batch, rows), knobs)[0])(moved)["model"]
         return jax.tree.map(lambda x: x * len(rows) / CFG.B, grads)
 

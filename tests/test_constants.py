@@ -1,5 +1,6 @@
 """One copy of each shared rule: the engine, the demo's numpy explorer and the torch bridge read the values of
 ``tpo_core.constants`` (a module with no imports), not copies of them."""
+
 from __future__ import annotations
 
 import ast
@@ -50,6 +51,8 @@ def test_no_module_writes_a_constant_again():
 
 
 def test_the_bridge_reads_the_constant_without_jax():
-    code = ("import sys, tpo_core.bridge.torch_ops as t, tpo_core.constants as c; "
-            "assert t.STD_FLOOR is c.STD_FLOOR; assert 'jax' not in sys.modules, 'jax imported'")
+    code = (
+        "import sys, tpo_core.bridge.torch_ops as t, tpo_core.constants as c; "
+        "assert t.STD_FLOOR is c.STD_FLOOR; assert 'jax' not in sys.modules, 'jax imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

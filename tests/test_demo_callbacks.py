@@ -1,5 +1,6 @@
 """The demo's callbacks as plain functions: explorer math against tpo_core, validation messages, and a
 tiny training stream that yields updates and stops."""
+
 import dataclasses
 import math
 
@@ -121,21 +122,24 @@ def test_typed_scores_switch_preset_to_custom():
 # --------------------------------------------------------------------------------------------
 # validation messages (explorer: shown in the message box, figures untouched)
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("args,expected", [
-    ((8, 0, "one success", "", "uniform", ""), "eta must be a finite number > 0, got 0.0"),
-    ((8, -1.5, "one success", "", "uniform", ""), "eta must be a finite number > 0, got -1.5"),
-    ((8, 101, "one success", "", "uniform", ""), "eta must be at most 100, got 101.0"),
-    ((1, 1.0, "one success", "", "uniform", ""), "K must be between 2 and 64, got 1"),
-    ((65, 1.0, "one success", "", "uniform", ""), "K must be between 2 and 64, got 65"),
-    ((4, 1.0, "custom", "1, 0, zero, 0", "uniform", ""), "scores: entry 3 ('zero') is not a number"),
-    ((4, 1.0, "custom", "1, 0, 0", "uniform", ""), "scores: got 3 numbers but K = 4"),
-    ((4, 1.0, "custom", "", "uniform", ""), "scores: enter 4 numbers"),
-    ((4, 1.0, "custom", "1, nan, 0, 0", "uniform", ""), "scores: entry 2 ('nan') is not a finite number"),
-    ((3, 1.0, "one success", "", "custom", "-1, -2"), "log-probs: got 2 numbers but K = 3"),
-    ((3, 1.0, "one success", "", "custom", "-1, -2, p"), "log-probs: entry 3 ('p') is not a number"),
-    ((3, "abc", "one success", "", "uniform", ""), "eta must be a finite number > 0, got 'abc'"),
-    ((3, 1.0, "one success", "", "random", ""), "seed must be between 0 and 2147483647, got -1"),
-])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        ((8, 0, "one success", "", "uniform", ""), "eta must be a finite number > 0, got 0.0"),
+        ((8, -1.5, "one success", "", "uniform", ""), "eta must be a finite number > 0, got -1.5"),
+        ((8, 101, "one success", "", "uniform", ""), "eta must be at most 100, got 101.0"),
+        ((1, 1.0, "one success", "", "uniform", ""), "K must be between 2 and 64, got 1"),
+        ((65, 1.0, "one success", "", "uniform", ""), "K must be between 2 and 64, got 65"),
+        ((4, 1.0, "custom", "1, 0, zero, 0", "uniform", ""), "scores: entry 3 ('zero') is not a number"),
+        ((4, 1.0, "custom", "1, 0, 0", "uniform", ""), "scores: got 3 numbers but K = 4"),
+        ((4, 1.0, "custom", "", "uniform", ""), "scores: enter 4 numbers"),
+        ((4, 1.0, "custom", "1, nan, 0, 0", "uniform", ""), "scores: entry 2 ('nan') is not a finite number"),
+        ((3, 1.0, "one success", "", "custom", "-1, -2"), "log-probs: got 2 numbers but K = 3"),
+        ((3, 1.0, "one success", "", "custom", "-1, -2, p"), "log-probs: entry 3 ('p') is not a number"),
+        ((3, "abc", "one success", "", "uniform", ""), "eta must be a finite number > 0, got 'abc'"),
+        ((3, 1.0, "one success", "", "random", ""), "seed must be between 0 and 2147483647, got -1"),
+    ],
+)
 def test_explorer_validation_messages(args, expected):
     seed = -1 if "seed" in expected else 0
     out = app.explore(*args, seed)
@@ -148,25 +152,28 @@ def test_explorer_validation_messages(args, expected):
 # --------------------------------------------------------------------------------------------
 # training: validation, then a tiny stream
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("changes,expected", [
-    (dict(eta=0), "eta must be a finite number > 0"),
-    (dict(K=1), "K must be between 2 and 16, got 1"),
-    (dict(K=17), "K must be between 2 and 16, got 17"),
-    (dict(H=1), "H must be between 2 and 10, got 1"),
-    (dict(H=11), "H must be between 2 and 10, got 11"),
-    (dict(episodes=2001), "episodes must be between 1 and 2000, got 2001"),
-    (dict(episodes=2.5), "episodes must be a whole number"),
-    (dict(methods=[]), "methods: pick at least one method"),
-    (dict(methods=["tpo", "grpo", "ppo", "dg", "rloo"]), "methods: pick at most 4"),
-    (dict(methods=["ce"]), "methods: 'ce' does not run on the token task"),
-    (dict(methods=["tpo_token"]), "methods: tpo_token needs a dense reward"),
-    (dict(reward="dense"), "reward must be one of"),
-    (dict(task="chess"), "task must be one of"),
-    (dict(task="MNIST bandit", methods=["rloo"]), "methods: 'rloo' does not run on the MNIST bandit"),
-    (dict(task="MNIST bandit", bandit_steps=150), "MNIST steps must be a multiple of 100"),
-    (dict(task="MNIST bandit", bandit_steps=20000), "MNIST steps must be between 100 and 10000"),
-    (dict(n_seeds=5), "seeds must be between 1 and 4"),
-])
+@pytest.mark.parametrize(
+    "changes,expected",
+    [
+        (dict(eta=0), "eta must be a finite number > 0"),
+        (dict(K=1), "K must be between 2 and 16, got 1"),
+        (dict(K=17), "K must be between 2 and 16, got 17"),
+        (dict(H=1), "H must be between 2 and 10, got 1"),
+        (dict(H=11), "H must be between 2 and 10, got 11"),
+        (dict(episodes=2001), "episodes must be between 1 and 2000, got 2001"),
+        (dict(episodes=2.5), "episodes must be a whole number"),
+        (dict(methods=[]), "methods: pick at least one method"),
+        (dict(methods=["tpo", "grpo", "ppo", "dg", "rloo"]), "methods: pick at most 4"),
+        (dict(methods=["ce"]), "methods: 'ce' does not run on the token task"),
+        (dict(methods=["tpo_token"]), "methods: tpo_token needs a dense reward"),
+        (dict(reward="dense"), "reward must be one of"),
+        (dict(task="chess"), "task must be one of"),
+        (dict(task="MNIST bandit", methods=["rloo"]), "methods: 'rloo' does not run on the MNIST bandit"),
+        (dict(task="MNIST bandit", bandit_steps=150), "MNIST steps must be a multiple of 100"),
+        (dict(task="MNIST bandit", bandit_steps=20000), "MNIST steps must be between 100 and 10000"),
+        (dict(n_seeds=5), "seeds must be between 1 and 4"),
+    ],
+)
 def test_training_validation_messages(changes, expected):
     gen = app.train_stream(*_train_args(**changes))
     with pytest.raises(gr.Error) as err:
@@ -345,9 +352,20 @@ def test_default_run_shows_what_the_page_says(shared_mnist):
     times larger than TPO's; the two methods' steps ‖Δθ‖ stay of similar size."""
     d = T.DEFAULTS
     assert d["task"] == "MNIST bandit" and d["methods"] == ["tpo", "grpo"]
-    *_, last = app.train_stream(d["task"], d["methods"], d["reward"], d["H"], d["B"], d["K"], d["eta"], d["episodes"],
-                         d["n_seeds"], d["seed"], d["bandit_steps"])
-    status, err_fig, grad_fig, *_ , hist, _ = last
+    *_, last = app.train_stream(
+        d["task"],
+        d["methods"],
+        d["reward"],
+        d["H"],
+        d["B"],
+        d["K"],
+        d["eta"],
+        d["episodes"],
+        d["n_seeds"],
+        d["seed"],
+        d["bandit_steps"],
+    )
+    status, err_fig, grad_fig, *_, hist, _ = last
     assert "done" in status
     m = hist["metrics"]
     for name in ("tpo", "grpo"):
@@ -464,10 +482,11 @@ def test_the_latest_run_table_keeps_only_the_newest_sessions(monkeypatch):
     def run(name):
         class Request:
             session_hash = name
+
         for _ in app.train_stream(*_train_args(episodes=1), request=Request()):
             pass
 
     for name in ("s1", "s2", "s1", "s3"):
         run(name)
-    assert list(app.STOPS.latest) == ["s1", "s3"]          # s2 was the oldest when s3 came
-    assert app.STOPS.latest["s1"] < app.STOPS.latest["s3"]      # run ids grow
+    assert list(app.STOPS.latest) == ["s1", "s3"]  # s2 was the oldest when s3 came
+    assert app.STOPS.latest["s1"] < app.STOPS.latest["s3"]  # run ids grow

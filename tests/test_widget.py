@@ -125,15 +125,18 @@ def test_a_bad_eta_shows_the_configs_message():
     assert w.train() is False and html.escape(str(cfg.value), quote=False) in w.message.value
 
 
-@pytest.mark.parametrize("change,expected", [
-    (dict(eta=0.0), "eta must be a finite number &gt; 0, got 0.0"),
-    (dict(eta=500.0), "eta must be at most 100, got 500.0"),
-    (dict(H=1), "H must be between 2 and 10, got 1"),
-    (dict(K=99), "K must be between 2 and 16, got 99"),
-    (dict(episodes=0), "episodes must be between 1 and 2000, got 0"),
-    (dict(n_seeds=9), "seeds must be between 1 and 4, got 9"),
-    (dict(methods=[]), "methods: pick at least one method"),
-])
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        (dict(eta=0.0), "eta must be a finite number &gt; 0, got 0.0"),
+        (dict(eta=500.0), "eta must be at most 100, got 500.0"),
+        (dict(H=1), "H must be between 2 and 10, got 1"),
+        (dict(K=99), "K must be between 2 and 16, got 99"),
+        (dict(episodes=0), "episodes must be between 1 and 2000, got 0"),
+        (dict(n_seeds=9), "seeds must be between 1 and 4, got 9"),
+        (dict(methods=[]), "methods: pick at least one method"),
+    ],
+)
 def test_bad_input_shows_a_message_and_trains_nothing(change, expected):
     w = widget.LiveTraining(**TINY)
     for k, v in change.items():

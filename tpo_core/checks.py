@@ -3,6 +3,7 @@ parameter. The configs (:mod:`tpo_core.config`) apply them to every field, the l
 direct call (a traced value is checked where it was a number: in its config), the tabular models, the torch bridge
 and the live engine to their own arguments; the demo wraps the same ``ValueError`` for its UI message. Imports only
 the standard library (the torch bridge uses it without JAX)."""
+
 from __future__ import annotations
 
 import math

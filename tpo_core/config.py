@@ -1,4 +1,5 @@
 """Run configurations, validated eagerly by :mod:`tpo_core.checks` with errors that name the parameter."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,7 +34,7 @@ class TokenConfig:
     beta: float = 0.04  # GRPO's KL coefficient
     clip_eps: float = 0.2
     std_floor: float = STD_FLOOR  # σ threshold of the standardisation (the paper's)
-    optimizer: str = "muon"       # "muon" (Muon on 2-D params + AdamW) or "adam"
+    optimizer: str = "muon"  # "muon" (Muon on 2-D params + AdamW) or "adam"
     d_model: int = 64
     heads: int = 2
     layers: int = 2
@@ -48,8 +49,9 @@ class TokenConfig:
         tasks.check_target(self.target)
         tasks.check_reward(self.reward)
         if m.dense_only:
-            checks.require(self.reward in DENSE_REWARDS, "reward", f"must be dense {DENSE_REWARDS} for {self.method}",
-                     self.reward)
+            checks.require(
+                self.reward in DENSE_REWARDS, "reward", f"must be dense {DENSE_REWARDS} for {self.method}", self.reward
+            )
         checks.integer("H", self.H, 2, 64)
         checks.integer("V", self.V, 2, 4096)
         checks.integer("B", self.B, 1)
@@ -62,10 +64,16 @@ class TokenConfig:
         checks.require(checks.is_real(self.beta) and self.beta >= 0, "beta", "must be >= 0", self.beta)
         checks.require(self.optimizer in ("muon", "adam"), "optimizer", "must be 'muon' or 'adam'", self.optimizer)
         checks.integer("track", self.track, 0)
-        checks.require(self.old_logp in ("teacher_forced", "sampling"), "old_logp",
-                 "must be 'teacher_forced' or 'sampling'", self.old_logp)
+        checks.require(
+            self.old_logp in ("teacher_forced", "sampling"),
+            "old_logp",
+            "must be 'teacher_forced' or 'sampling'",
+            self.old_logp,
+        )
         checks.non_negative("reward_noise", self.reward_noise)
-        checks.require(self.d_model % max(self.heads, 1) == 0, "heads", f"must divide d_model={self.d_model}", self.heads)
+        checks.require(
+            self.d_model % max(self.heads, 1) == 0, "heads", f"must divide d_model={self.d_model}", self.heads
+        )
 
     @property
     def spec(self) -> methods.Method:
@@ -128,8 +136,12 @@ class BanditConfig:
         checks.integer("steps", self.steps, 1)
         checks.integer("batch", self.batch, 1)
         checks.integer("eval_every", self.eval_every, 1)
-        checks.require(self.steps % self.eval_every == 0, "steps", f"must be a multiple of eval_every={self.eval_every}",
-                 self.steps)
+        checks.require(
+            self.steps % self.eval_every == 0,
+            "steps",
+            f"must be a multiple of eval_every={self.eval_every}",
+            self.steps,
+        )
         checks.positive("lr", self.lr)
         checks.positive("eta", self.eta)
 
@@ -164,11 +176,19 @@ def check_sweep(cfg, sweep) -> list[dict]:
     lengths = set()
     for name, values in sweep.items():
         checks.require(name in allowed, "sweep", f"keys must be traced knobs {allowed}", name)
-        checks.require(isinstance(values, (list, tuple)) and len(values) > 0, f"sweep[{name!r}]",
-                 "must be a non-empty list of numbers", values)
+        checks.require(
+            isinstance(values, (list, tuple)) and len(values) > 0,
+            f"sweep[{name!r}]",
+            "must be a non-empty list of numbers",
+            values,
+        )
         lengths.add(len(values))
-    checks.require(len(lengths) == 1, "sweep", "lists must all have the same length (values are zipped)",
-             {k: len(v) for k, v in sweep.items()})
+    checks.require(
+        len(lengths) == 1,
+        "sweep",
+        "lists must all have the same length (values are zipped)",
+        {k: len(v) for k, v in sweep.items()},
+    )
     n = lengths.pop()
     points = [{k: v[i] for k, v in sweep.items()} for i in range(n)]
     for p in points:

@@ -31,15 +31,15 @@ from . import losses as L
 class Method:
     name: str
     title: str
-    sampling: str              # "group" | "single" | "token" (the token tasks, above) | "bandit" (bandit only)
-    epochs: int                # default number of update epochs per batch
-    loss: Optional[Callable]   # (batch, knobs) -> scalar, on the token tasks (None: bandit only)
+    sampling: str  # "group" | "single" | "token" (the token tasks, above) | "bandit" (bandit only)
+    epochs: int  # default number of update epochs per batch
+    loss: Optional[Callable]  # (batch, knobs) -> scalar, on the token tasks (None: bandit only)
     summary: str
-    variant: str = "paper"     # "paper", "ablation", "TRL/verl", "DAPO", "beyond the paper"
+    variant: str = "paper"  # "paper", "ablation", "TRL/verl", "DAPO", "beyond the paper"
     bandit: Optional[Callable] = None  # (logits, actions, labels, adv, knobs) -> scalar
-    learned: tuple = ()        # names of extra scalar parameters learned with the policy (V-MPO)
-    oversample: float = 1.0    # refill variants: groups drawn per episode = round(B·oversample) (see tpo_refill)
-    refill: bool = False       # keep the first B informative groups of the draw; mask the rest (batch["keep"])
+    learned: tuple = ()  # names of extra scalar parameters learned with the policy (V-MPO)
+    oversample: float = 1.0  # refill variants: groups drawn per episode = round(B·oversample) (see tpo_refill)
+    refill: bool = False  # keep the first B informative groups of the draw; mask the rest (batch["keep"])
 
     @property
     def dense_only(self) -> bool:
@@ -96,7 +96,7 @@ def refill_select(scores, B: int):
 def _tpo_refill_loss(b, knobs):
     """TPO's cross-entropy to q, averaged over the kept (informative) groups only; 0 when none is kept."""
     q = L.tpo_target(b["logp_old"], b["scores"], knobs["eta"], std_floor=knobs["std_floor"])
-    ce = -(q * jax.nn.log_softmax(b["logp"], axis=-1)).sum(-1)               # [B]
+    ce = -(q * jax.nn.log_softmax(b["logp"], axis=-1)).sum(-1)  # [B]
     keep = b["keep"].astype(jnp.float32)
     return (ce * keep).sum() / jnp.maximum(keep.sum(), 1.0)
 
@@ -109,7 +109,10 @@ def tpo_refill(oversample: float = 2.0, name: str | None = None) -> Method:
     if not (isinstance(oversample, (int, float)) and oversample >= 1):
         raise ValueError(f"oversample must be a number >= 1, got {oversample!r}")
     return Method(
-        name=name or f"tpo_refill_x{oversample:g}", title=f"TPO + refill (×{oversample:g})", sampling="group", epochs=4,
+        name=name or f"tpo_refill_x{oversample:g}",
+        title=f"TPO + refill (×{oversample:g})",
+        sampling="group",
+        epochs=4,
         loss=_tpo_refill_loss,
         summary=f"TPO on the first B informative groups of {oversample:g}·B drawn (DAPO's dynamic sampling, fixed "
         "oversampling; zero-variance filler masked when fewer are informative).",
@@ -127,87 +130,199 @@ def register(method: Method) -> Method:
     return method
 
 
-register(Method(
-    name="tpo", title="TPO", sampling="group", epochs=4,
-    loss=lambda b, k: L.tpo_loss(b["logp"], b["logp_old"], b["scores"], k["eta"], std_floor=k["std_floor"]),
-    summary="Cross-entropy to q ∝ p_old·exp(u/η) over the K completions of each prompt.",
-    bandit=_bandit_tpo))
-register(Method(
-    name="tpo_no_anchor", title="TPO (no anchor)", sampling="group", epochs=4,
-    loss=lambda b, k: L.tpo_loss(b["logp"], b["logp_old"], b["scores"], k["eta"], anchor=False),
-    summary="Ablation: q = softmax(u/η), forgetting p_old.", variant="ablation"))
-register(Method(
-    name="group_pg", title="Group PG", sampling="group", epochs=4,
-    loss=lambda b, k: L.group_pg_loss(b["logp"], b["scores"], k["eta"]),
-    summary="Ablation: -Σ (u_i/η) log π(y_i), no target, no ratio.", variant="ablation",
-    bandit=_bandit_group_pg))
-register(Method(
-    name="grpo", title="GRPO", sampling="group", epochs=4,
-    loss=lambda b, k: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"]),
-    summary="Paper semantics: population std, sequence-level ratio, k3 KL to the rollout, β 0.04, clip 0.2.",
-    bandit=_bandit_grpo))
-register(Method(
-    name="grpo_no_kl", title="GRPO (no KL)", sampling="group", epochs=4,
-    loss=lambda b, k: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=0.0, clip_eps=k["clip_eps"]),
-    summary="GRPO with β = 0."))
-register(Method(
-    name="grpo_masked", title="GRPO (masked)", sampling="group", epochs=4,
-    loss=lambda b, k: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"],
-                              mask_zero_var=True),
-    summary="GRPO with zero-variance groups dropped (mean over informative groups)."))
-register(Method(
-    name="grpo_trl", title="GRPO (TRL/verl)", sampling="group", epochs=4,
-    loss=lambda b, k: L.grpo_token_ratio_loss(b["token_logp"], b["token_logp_old"], b["scores"], beta=k["beta"],
-                                          clip_eps=k["clip_eps"], ddof=1),
-    summary="TRL/verl flavour: sample std, per-token ratio and KL, mean over tokens then completions.",
-    variant="TRL/verl"))
-register(Method(
-    name="dapo", title="DAPO", sampling="group", epochs=4,
-    loss=lambda b, k: L.dapo_loss(b["token_logp"], b["token_logp_old"], b["scores"], clip_eps=k["clip_eps"]),
-    summary="Clip-higher (0.2/0.28), token-level aggregation, no KL, all-equal groups dropped.",
-    variant="DAPO"))
-register(Method(
-    name="rloo", title="RLOO", sampling="group", epochs=1,
-    loss=lambda b, k: L.rloo_loss(b["logp"], b["scores"]),
-    summary="REINFORCE with a leave-one-out baseline over the group.", variant="beyond the paper"))
-register(Method(
-    name="rebel", title="REBEL", sampling="group", epochs=4,
-    loss=lambda b, k: L.rebel_loss(b["logp"], b["logp_old"], b["scores"], k["eta"]),
-    summary="Regress log-ratio differences onto reward differences over all pairs.", variant="beyond the paper"))
-register(Method(
-    name="vmpo", title="V-MPO (group)", sampling="group", epochs=4,
-    loss=lambda b, k: L.vmpo_loss(b["logp"], b["logp_old"], b["scores"], b["learned"]["log_temperature"],
-                              b["learned"]["log_alpha"]),
-    summary="q ∝ π_old·exp(A/η) on the top half, learned η, KL trust region; no critic.",
-    variant="beyond the paper", learned=("log_temperature", "log_alpha")))
+register(
+    Method(
+        name="tpo",
+        title="TPO",
+        sampling="group",
+        epochs=4,
+        loss=lambda b, k: L.tpo_loss(b["logp"], b["logp_old"], b["scores"], k["eta"], std_floor=k["std_floor"]),
+        summary="Cross-entropy to q ∝ p_old·exp(u/η) over the K completions of each prompt.",
+        bandit=_bandit_tpo,
+    )
+)
+register(
+    Method(
+        name="tpo_no_anchor",
+        title="TPO (no anchor)",
+        sampling="group",
+        epochs=4,
+        loss=lambda b, k: L.tpo_loss(b["logp"], b["logp_old"], b["scores"], k["eta"], anchor=False),
+        summary="Ablation: q = softmax(u/η), forgetting p_old.",
+        variant="ablation",
+    )
+)
+register(
+    Method(
+        name="group_pg",
+        title="Group PG",
+        sampling="group",
+        epochs=4,
+        loss=lambda b, k: L.group_pg_loss(b["logp"], b["scores"], k["eta"]),
+        summary="Ablation: -Σ (u_i/η) log π(y_i), no target, no ratio.",
+        variant="ablation",
+        bandit=_bandit_group_pg,
+    )
+)
+register(
+    Method(
+        name="grpo",
+        title="GRPO",
+        sampling="group",
+        epochs=4,
+        loss=lambda b, k: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"]),
+        summary="Paper semantics: population std, sequence-level ratio, k3 KL to the rollout, β 0.04, clip 0.2.",
+        bandit=_bandit_grpo,
+    )
+)
+register(
+    Method(
+        name="grpo_no_kl",
+        title="GRPO (no KL)",
+        sampling="group",
+        epochs=4,
+        loss=lambda b, k: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=0.0, clip_eps=k["clip_eps"]),
+        summary="GRPO with β = 0.",
+    )
+)
+register(
+    Method(
+        name="grpo_masked",
+        title="GRPO (masked)",
+        sampling="group",
+        epochs=4,
+        loss=lambda b, k: L.grpo_loss(
+            b["logp"], b["logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"], mask_zero_var=True
+        ),
+        summary="GRPO with zero-variance groups dropped (mean over informative groups).",
+    )
+)
+register(
+    Method(
+        name="grpo_trl",
+        title="GRPO (TRL/verl)",
+        sampling="group",
+        epochs=4,
+        loss=lambda b, k: L.grpo_token_ratio_loss(
+            b["token_logp"], b["token_logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"], ddof=1
+        ),
+        summary="TRL/verl flavour: sample std, per-token ratio and KL, mean over tokens then completions.",
+        variant="TRL/verl",
+    )
+)
+register(
+    Method(
+        name="dapo",
+        title="DAPO",
+        sampling="group",
+        epochs=4,
+        loss=lambda b, k: L.dapo_loss(b["token_logp"], b["token_logp_old"], b["scores"], clip_eps=k["clip_eps"]),
+        summary="Clip-higher (0.2/0.28), token-level aggregation, no KL, all-equal groups dropped.",
+        variant="DAPO",
+    )
+)
+register(
+    Method(
+        name="rloo",
+        title="RLOO",
+        sampling="group",
+        epochs=1,
+        loss=lambda b, k: L.rloo_loss(b["logp"], b["scores"]),
+        summary="REINFORCE with a leave-one-out baseline over the group.",
+        variant="beyond the paper",
+    )
+)
+register(
+    Method(
+        name="rebel",
+        title="REBEL",
+        sampling="group",
+        epochs=4,
+        loss=lambda b, k: L.rebel_loss(b["logp"], b["logp_old"], b["scores"], k["eta"]),
+        summary="Regress log-ratio differences onto reward differences over all pairs.",
+        variant="beyond the paper",
+    )
+)
+register(
+    Method(
+        name="vmpo",
+        title="V-MPO (group)",
+        sampling="group",
+        epochs=4,
+        loss=lambda b, k: L.vmpo_loss(
+            b["logp"], b["logp_old"], b["scores"], b["learned"]["log_temperature"], b["learned"]["log_alpha"]
+        ),
+        summary="q ∝ π_old·exp(A/η) on the top half, learned η, KL trust region; no critic.",
+        variant="beyond the paper",
+        learned=("log_temperature", "log_alpha"),
+    )
+)
 register(tpo_refill(2.0, "tpo_refill"))
-register(Method(
-    name="tpo_token", title="TPO_token", sampling="token", epochs=4,
-    loss=lambda b, k: L.tpo_token_loss(b["logp"], b["logp_old"], b["scores"], k["eta"]),
-    summary="Per-state TPO over K i.i.d. next-token candidates (dense rewards)."))
-register(Method(
-    name="grpo_token", title="GRPO_token", sampling="token", epochs=4,
-    loss=lambda b, k: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"]),
-    summary="GRPO on single-token log-probs of the per-state candidates (dense rewards)."))
-register(Method(
-    name="ppo", title="PPO", sampling="single", epochs=4,
-    loss=lambda b, k: L.ppo_loss(b["token_logp"], b["token_logp_old"], _adv(b), clip_eps=k["clip_eps"]),
-    summary="Per-token clipped surrogate, A_t = r_t - per-position batch mean, no critic."))
-register(Method(
-    name="pg", title="PG", sampling="single", epochs=4,
-    loss=lambda b, k: L.pg_loss(b["token_logp"], _adv(b)),
-    summary="REINFORCE with the per-position batch-mean baseline.",
-    bandit=lambda logits, a, y, adv, k: L.pg_loss(_picked(logits, a)[:, None], adv[:, None])))
-register(Method(
-    name="dg", title="DG", sampling="single", epochs=1,
-    loss=lambda b, k: L.dg_loss(b["token_logp"], _adv(b), k["eta"]),
-    summary="Delightful PG: gate sigmoid(A·surprisal/η) on the PG term (1 epoch; diverges with more).",
-    bandit=lambda logits, a, y, adv, k: L.dg_loss(_picked(logits, a)[:, None], adv[:, None], k["eta"])))
-register(Method(
-    name="ce", title="CE (supervised)", sampling="bandit", epochs=1, loss=None,
-    summary="Supervised cross-entropy with the true label: the supervised reference, not RL and not an upper bound "
-    "(it sees every label, and on a small training set it overfits).",
-    variant="supervised", bandit=lambda logits, a, y, adv, k: L.cross_entropy_loss(logits, y)))
+register(
+    Method(
+        name="tpo_token",
+        title="TPO_token",
+        sampling="token",
+        epochs=4,
+        loss=lambda b, k: L.tpo_token_loss(b["logp"], b["logp_old"], b["scores"], k["eta"]),
+        summary="Per-state TPO over K i.i.d. next-token candidates (dense rewards).",
+    )
+)
+register(
+    Method(
+        name="grpo_token",
+        title="GRPO_token",
+        sampling="token",
+        epochs=4,
+        loss=lambda b, k: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"]),
+        summary="GRPO on single-token log-probs of the per-state candidates (dense rewards).",
+    )
+)
+register(
+    Method(
+        name="ppo",
+        title="PPO",
+        sampling="single",
+        epochs=4,
+        loss=lambda b, k: L.ppo_loss(b["token_logp"], b["token_logp_old"], _adv(b), clip_eps=k["clip_eps"]),
+        summary="Per-token clipped surrogate, A_t = r_t - per-position batch mean, no critic.",
+    )
+)
+register(
+    Method(
+        name="pg",
+        title="PG",
+        sampling="single",
+        epochs=4,
+        loss=lambda b, k: L.pg_loss(b["token_logp"], _adv(b)),
+        summary="REINFORCE with the per-position batch-mean baseline.",
+        bandit=lambda logits, a, y, adv, k: L.pg_loss(_picked(logits, a)[:, None], adv[:, None]),
+    )
+)
+register(
+    Method(
+        name="dg",
+        title="DG",
+        sampling="single",
+        epochs=1,
+        loss=lambda b, k: L.dg_loss(b["token_logp"], _adv(b), k["eta"]),
+        summary="Delightful PG: gate sigmoid(A·surprisal/η) on the PG term (1 epoch; diverges with more).",
+        bandit=lambda logits, a, y, adv, k: L.dg_loss(_picked(logits, a)[:, None], adv[:, None], k["eta"]),
+    )
+)
+register(
+    Method(
+        name="ce",
+        title="CE (supervised)",
+        sampling="bandit",
+        epochs=1,
+        loss=None,
+        summary="Supervised cross-entropy with the true label: the supervised reference, not RL and not an upper bound "
+        "(it sees every label, and on a small training set it overfits).",
+        variant="supervised",
+        bandit=lambda logits, a, y, adv, k: L.cross_entropy_loss(logits, y),
+    )
+)
 
 TOKEN_METHODS = tuple(n for n, m in REGISTRY.items() if m.loss is not None)
 BANDIT_METHODS = tuple(n for n, m in REGISTRY.items() if m.bandit is not None)

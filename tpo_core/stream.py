@@ -10,6 +10,7 @@ part, seeds, chunk length): the first call of each holds a lock, so a user and a
 the same thing twice. This module imports only the library (no figures, no data sets: the bandit's data set is
 passed in by the caller).
 """
+
 from __future__ import annotations
 
 import collections
@@ -26,9 +27,9 @@ from .config import BanditConfig, TokenConfig
 from .constants import MNIST_BANDIT, TOKEN_REVERSAL
 from .train import chunk_sizes, chunk_to_host, make_bandit_program, make_token_program, run_chunks
 
-CHUNK = 5                  # token episodes per streamed update (after the first, 1-episode chunk)
-BANDIT_EVAL_EVERY = 100    # bandit steps per evaluation block of a streamed run
-BANDIT_CHUNK = 5           # bandit blocks per streamed update
+CHUNK = 5  # token episodes per streamed update (after the first, 1-episode chunk)
+BANDIT_EVAL_EVERY = 100  # bandit steps per evaluation block of a streamed run
+BANDIT_CHUNK = 5  # bandit blocks per streamed update
 
 
 # --------------------------------------------------------------------------------------------
@@ -38,14 +39,14 @@ BANDIT_CHUNK = 5           # bandit blocks per streamed update
 class Family:
     """One task family: how a UI names it and how its runs are counted and measured."""
 
-    name: str              # as the demo and the widget show it
-    kind: str              # as the reproduction records a run ("token" | "bandit")
-    config: type           # its configuration class
-    unit: str              # what the UI counts: "episode" | "step"
-    block: int             # UI units per program step (an episode; a streamed bandit block of BANDIT_EVAL_EVERY steps)
-    chunk: int             # program steps per streamed update after the first
-    error_key: str         # the metric of its error curve
-    zero_label: str        # what its third plot shows
+    name: str  # as the demo and the widget show it
+    kind: str  # as the reproduction records a run ("token" | "bandit")
+    config: type  # its configuration class
+    unit: str  # what the UI counts: "episode" | "step"
+    block: int  # UI units per program step (an episode; a streamed bandit block of BANDIT_EVAL_EVERY steps)
+    chunk: int  # program steps per streamed update after the first
+    error_key: str  # the metric of its error curve
+    zero_label: str  # what its third plot shows
 
     @property
     def methods(self) -> tuple:
@@ -58,8 +59,9 @@ class Family:
 
 
 TOKEN = Family(TOKEN_REVERSAL, "token", TokenConfig, "episode", 1, CHUNK, "error", "zero-variance groups")
-BANDIT = Family(MNIST_BANDIT, "bandit", BanditConfig, "step", BANDIT_EVAL_EVERY, BANDIT_CHUNK, "test_error",
-                "training error")
+BANDIT = Family(
+    MNIST_BANDIT, "bandit", BanditConfig, "step", BANDIT_EVAL_EVERY, BANDIT_CHUNK, "test_error", "training error"
+)
 FAMILIES = {f.name: f for f in (TOKEN, BANDIT)}
 
 
@@ -87,9 +89,9 @@ class Request:
     """A validated training request: one config per method."""
 
     task: str
-    configs: tuple            # ((method, TokenConfig | BanditConfig), ...)
+    configs: tuple  # ((method, TokenConfig | BanditConfig), ...)
     seeds: tuple
-    total: int                # episodes (token) or evaluation blocks (bandit)
+    total: int  # episodes (token) or evaluation blocks (bandit)
 
     @property
     def family(self) -> Family:
@@ -160,8 +162,19 @@ def warm(req: Request, dataset=None) -> float:
     return time.perf_counter() - t0
 
 
-KEEP = ("error", "test_error", "train_error", "grad_norm", "step_norm", "zero_var_frac", "success_mass",
-        "track_p", "track_q", "track_scores", "track_informative")
+KEEP = (
+    "error",
+    "test_error",
+    "train_error",
+    "grad_norm",
+    "step_norm",
+    "zero_var_frac",
+    "success_mass",
+    "track_p",
+    "track_q",
+    "track_scores",
+    "track_informative",
+)
 
 
 def stream(req: Request, chunk: int | None = None, dataset=None) -> Iterator[dict]:
@@ -178,13 +191,27 @@ def stream(req: Request, chunk: int | None = None, dataset=None) -> Iterator[dic
     programs = {m: program_for(cfg, dataset) for m, cfg in req.configs}
     plan = schedule(req.total, chunk)
     cold = any(not is_warm(cfg, n_seeds, n) for _, cfg in req.configs for n in set(plan))
-    hist = {"done": 0, "total": req.total, "seconds": 0.0, "compiling": cold, "task": req.task,
-            "unit": req.unit, "seeds": req.seeds, "metrics": {m: {} for m, _ in req.configs},
-            "epochs": {m: getattr(cfg, "n_epochs", 1) for m, cfg in req.configs}}
+    hist = {
+        "done": 0,
+        "total": req.total,
+        "seconds": 0.0,
+        "compiling": cold,
+        "task": req.task,
+        "unit": req.unit,
+        "seeds": req.seeds,
+        "metrics": {m: {} for m, _ in req.configs},
+        "epochs": {m: getattr(cfg, "n_epochs", 1) for m, cfg in req.configs},
+    }
     yield hist
-    loops = {m: run_chunks(programs[m], programs[m].init(list(req.seeds)), plan,  # init: jitted once per program
-                           call=lambda c, s, n, p=programs[m], cfg=cfg: run_chunk(p, cfg, c, s, n, n_seeds))
-             for m, cfg in req.configs}
+    loops = {
+        m: run_chunks(
+            programs[m],
+            programs[m].init(list(req.seeds)),
+            plan,  # init: jitted once per program
+            call=lambda c, s, n, p=programs[m], cfg=cfg: run_chunk(p, cfg, c, s, n, n_seeds),
+        )
+        for m, cfg in req.configs
+    }
     for _ in plan:
         for m, _cfg in req.configs:
             _, done, metrics = next(loops[m])

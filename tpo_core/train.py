@@ -92,8 +92,9 @@ class Program:
         keys = runtime.seed_keys([s for _ in points for s in seeds])
         return runtime.shard_leading(self.init_runs(keys, knobs), len(rows))
 
-    def run(self, seeds: Sequence[int], n: int, chunk_size: int | None = None,
-            points: Sequence[dict] | None = None) -> Iterator[tuple[int, dict]]:
+    def run(
+        self, seeds: Sequence[int], n: int, chunk_size: int | None = None, points: Sequence[dict] | None = None
+    ) -> Iterator[tuple[int, dict]]:
         """Yield ``(done, metrics)`` after each chunk (the library's one chunk loop,
         :func:`run_chunks`, in chunks of :func:`chunk_plan`); metrics are numpy [runs, chunk, ...]."""
         for _, done, metrics in run_chunks(self, self.init(seeds, points), chunk_sizes(n, chunk_size)):
@@ -248,21 +249,29 @@ def _single_rollout(r, cfg):
 
 def _candidates_rollout(r, cfg):
     """K i.i.d. candidates per state of the behaviour trajectory, candidate 0 = the behaviour token."""
-    lp = r["logp_full_old"][:, 0]                                               # [B, H, V]
+    lp = r["logp_full_old"][:, 0]  # [B, H, V]
     extra = jax.random.categorical(r["key"], lp[:, :, None, :], shape=(cfg.B, cfg.H, cfg.K - 1))
-    cand = jnp.concatenate([r["answers"][:, 0, :, None], extra], -1)            # [B, H, K]
-    return dict(cand=cand, logp_old=jnp.take_along_axis(lp, cand, -1),
-                scores=tasks.candidate_rewards(cand == r["target"][:, :, None], r["correct"][:, 0], cfg.reward))
+    cand = jnp.concatenate([r["answers"][:, 0, :, None], extra], -1)  # [B, H, K]
+    return dict(
+        cand=cand,
+        logp_old=jnp.take_along_axis(lp, cand, -1),
+        scores=tasks.candidate_rewards(cand == r["target"][:, :, None], r["correct"][:, 0], cfg.reward),
+    )
 
 
 SAMPLINGS = {
-    "group": Sampling(rollout=_group_rollout, groups=True,
-                      policy=lambda logp_full, token_logp, batch: dict(logp=token_logp.sum(-1), token_logp=token_logp)),
-    "single": Sampling(rollout=_single_rollout,
-                       policy=lambda logp_full, token_logp, batch: dict(token_logp=token_logp[:, 0])),
-    "token": Sampling(rollout=_candidates_rollout,
-                      policy=lambda logp_full, token_logp, batch: dict(
-                          logp=jnp.take_along_axis(logp_full[:, 0], batch["cand"], -1))),
+    "group": Sampling(
+        rollout=_group_rollout,
+        groups=True,
+        policy=lambda logp_full, token_logp, batch: dict(logp=token_logp.sum(-1), token_logp=token_logp),
+    ),
+    "single": Sampling(
+        rollout=_single_rollout, policy=lambda logp_full, token_logp, batch: dict(token_logp=token_logp[:, 0])
+    ),
+    "token": Sampling(
+        rollout=_candidates_rollout,
+        policy=lambda logp_full, token_logp, batch: dict(logp=jnp.take_along_axis(logp_full[:, 0], batch["cand"], -1)),
+    ),
 }
 
 
@@ -278,6 +287,7 @@ def _token_program(cfg: TokenConfig, run_batch: int | None = None):
     def chunk(carry, start, n):
         def one_run(state):
             return jax.lax.scan(episode, state, start + jnp.arange(n))
+
         return _map_runs(one_run, carry, run_batch)
 
     return _init_runs(parts["init_one"]), chunk
@@ -307,18 +317,30 @@ def _token_parts(cfg: TokenConfig):
         kp, ksmp, kc = jax.random.split(jax.random.fold_in(key, e), 3)
         prompts = jax.random.randint(kp, (n_draw, H), 0, V)
         policy = model(params)
-        answers, logp_full_old = policy.sample(prompts, ksmp, n_samples)   # [B, n_samples, H], [.., H, V]
+        answers, logp_full_old = policy.sample(prompts, ksmp, n_samples)  # [B, n_samples, H], [.., H, V]
         if cfg.old_logp == "teacher_forced":  # recompute with the loss's own forward (+1 forward per episode)
             logp_full_old = policy.answer_logprobs(prompts, answers)
         target = tasks.target_tokens(prompts, cfg.target, V)  # [B, H]
         correct = answers == target[:, None, :]
-        rewards = tasks.token_rewards(correct, cfg.reward)                     # [B, n_samples, H]
-        scores = tasks.sequence_scores(rewards)                                # [B, n_samples]
-        token_logp_old = _gather(logp_full_old, answers)                       # [B, n_samples, H]
+        rewards = tasks.token_rewards(correct, cfg.reward)  # [B, n_samples, H]
+        scores = tasks.sequence_scores(rewards)  # [B, n_samples]
+        token_logp_old = _gather(logp_full_old, answers)  # [B, n_samples, H]
         batch = dict(prompts=prompts, answers=answers)
-        batch.update(sampling.rollout(dict(answers=answers, logp_full_old=logp_full_old, token_logp_old=token_logp_old,
-                                           rewards=rewards, scores=scores, correct=correct, target=target, key=kc),
-                                      cfg))
+        batch.update(
+            sampling.rollout(
+                dict(
+                    answers=answers,
+                    logp_full_old=logp_full_old,
+                    token_logp_old=token_logp_old,
+                    rewards=rewards,
+                    scores=scores,
+                    correct=correct,
+                    target=target,
+                    key=kc,
+                ),
+                cfg,
+            )
+        )
         if "scores" in batch:  # optional score noise (σ = reward_noise, 0 by default); error stays noiseless
             noise_key = jax.random.fold_in(jax.random.fold_in(key, e), NOISE_STREAM)
             noise = jax.random.normal(noise_key, batch["scores"].shape)
@@ -388,7 +410,8 @@ def _token_parts(cfg: TokenConfig):
                     tv=0.5 * jnp.abs(q - p_old).sum(-1).mean(),
                     success_mass=((q * good).sum(-1) * informative).sum() / jnp.maximum(informative.sum(), 1.0),
                     success_mass_old=((jax.nn.softmax(lo, -1) * good).sum(-1) * informative).sum()
-                    / jnp.maximum(informative.sum(), 1.0))
+                    / jnp.maximum(informative.sum(), 1.0),
+                )
                 if sampling.groups and n_track:
                     idx = _tracked(s)
                     metrics.update(

@@ -40,21 +40,27 @@ MAX_METHODS = 4
 H_MIN, H_MAX = 2, 10
 
 
-def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episodes=300, n_seeds=1, seed=0,
-             bandit_steps=3000) -> Request:
+def validate(
+    task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episodes=300, n_seeds=1, seed=0, bandit_steps=3000
+) -> Request:
     """Turn raw UI values into a :class:`Request`, or raise ``ValueError`` naming the input (the configs' checks,
     :mod:`tpo_core.checks`, with the UI's bounds; the demo wraps it for its message)."""
     checks.require(task in TASKS, "task", f"must be one of {', '.join(TASKS)}", task)
     if isinstance(methods, str):
         methods = [methods]
-    checks.require(methods is None or (isinstance(methods, (list, tuple)) and all(isinstance(m, str) for m in methods)),
-                   "methods", "must be a list of method names", methods)
+    checks.require(
+        methods is None or (isinstance(methods, (list, tuple)) and all(isinstance(m, str) for m in methods)),
+        "methods",
+        "must be a list of method names",
+        methods,
+    )
     methods = list(dict.fromkeys(methods or []))
     if not methods:
         raise ValueError("methods: pick at least one method")
     if len(methods) > MAX_METHODS:
-        raise ValueError(f"methods: pick at most {MAX_METHODS} at once (each one trains its own model), "
-                         f"got {len(methods)}")
+        raise ValueError(
+            f"methods: pick at most {MAX_METHODS} at once (each one trains its own model), got {len(methods)}"
+        )
     eta = checks.eta(checks.as_float(eta), MAX_ETA)
     n_seeds = checks.whole_number("seeds", n_seeds, 1, MAX_SEEDS)
     seed = checks.whole_number("seed", seed, 0, 2**31 - 1)
@@ -68,11 +74,13 @@ def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episode
         episodes = checks.whole_number("episodes", episodes, 1, MAX_EPISODES)
         for m in methods:
             if m not in M.TOKEN_METHODS:
-                raise ValueError(f"methods: {m!r} does not run on the token task; choose from "
-                                 f"{', '.join(M.TOKEN_METHODS)}")
+                raise ValueError(
+                    f"methods: {m!r} does not run on the token task; choose from {', '.join(M.TOKEN_METHODS)}"
+                )
             if M.REGISTRY[m].dense_only and reward not in DENSE_REWARDS:
-                raise ValueError(f"methods: {m} needs a dense reward ({' or '.join(DENSE_REWARDS)}), "
-                                 f"but reward = {reward}")
+                raise ValueError(
+                    f"methods: {m} needs a dense reward ({' or '.join(DENSE_REWARDS)}), but reward = {reward}"
+                )
             cfg = TokenConfig(method=m, reward=reward, H=H, B=B, K=K, eta=eta, episodes=episodes)
             configs.append((m, cfg.interaction_matched()))
         return Request(task, tuple(configs), seeds, episodes)
@@ -80,8 +88,9 @@ def validate(task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episode
     checks.require(steps % BANDIT_EVAL_EVERY == 0, "MNIST steps", f"must be a multiple of {BANDIT_EVAL_EVERY}", steps)
     for m in methods:
         if m not in M.BANDIT_METHODS:
-            raise ValueError(f"methods: {m!r} does not run on the MNIST bandit; choose from "
-                             f"{', '.join(M.BANDIT_METHODS)}")
+            raise ValueError(
+                f"methods: {m!r} does not run on the MNIST bandit; choose from {', '.join(M.BANDIT_METHODS)}"
+            )
         configs.append((m, BanditConfig(method=m, steps=steps, eta=eta, eval_every=BANDIT_EVAL_EVERY)))
     return Request(task, tuple(configs), seeds, steps // BANDIT_EVAL_EVERY)
 
@@ -170,8 +179,11 @@ def grad_figure(hist):
     """‖∇L‖ (solid) beside ‖Δθ‖ of the optimizer step (dashed), first epoch of each episode, log scale: TPO's
     gradient vanishes on all-fail groups and as p reaches q, but Muon/AdamW normalise the gradient, so the
     step does not vanish with it."""
-    title = ("first epoch: ‖∇L‖ (solid) and the step ‖Δθ‖ (dashed), log" if family(hist).is_token
-             else "‖∇L‖ (solid) and the Adam step ‖Δθ‖ (dashed), log")
+    title = (
+        "first epoch: ‖∇L‖ (solid) and the step ‖Δθ‖ (dashed), log"
+        if family(hist).is_token
+        else "‖∇L‖ (solid) and the Adam step ‖Δθ‖ (dashed), log"
+    )
     runs, colors = {}, {}
     for m, d in hist["metrics"].items():
         for key, label in (("grad_norm", "‖∇L‖"), ("step_norm", "‖Δθ‖")):

@@ -58,7 +58,7 @@ def _check_method(method, allowed=METHODS) -> None:
         raise ValueError(f"method must be one of {allowed}, got {method!r}")
 
 
-_check_int = checks.integer               # the configs' rules (tpo_core.checks)
+_check_int = checks.integer  # the configs' rules (tpo_core.checks)
 _check_positive = checks.positive_if_number
 
 

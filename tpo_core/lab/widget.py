@@ -32,8 +32,19 @@ from tpo_core.stream import family
 
 from . import figures, live
 
-DEFAULTS = dict(task=TOKEN_REVERSAL, methods=("tpo", "grpo"), reward="terminal", H=4, B=32, K=8, eta=1.0,
-                episodes=200, n_seeds=1, seed=0, bandit_steps=1000)
+DEFAULTS = dict(
+    task=TOKEN_REVERSAL,
+    methods=("tpo", "grpo"),
+    reward="terminal",
+    H=4,
+    B=32,
+    K=8,
+    eta=1.0,
+    episodes=200,
+    n_seeds=1,
+    seed=0,
+    bandit_steps=1000,
+)
 FIGURES = ("error", "grad", "pq")
 UIREVISION = "tpo-live"  # plotly keeps the reader's zoom and legend clicks across the per-chunk redraws
 TEMPLATE = "plotly_white"  # the book's and the demo's (tpo_core.lab.figures.setup), without changing plotly's default
@@ -392,9 +403,13 @@ class LiveTraining:
             pio.show(fig, renderer=figures._BOOK_RENDERER)
         names = " and ".join(M.REGISTRY[m].title for m, _ in req.configs)
         scale = req.family.block
-        display(HTML(f"<p><em>A snapshot: {names}, {hist['done'] * scale} {req.unit}s of the {req.task} task, "
-                     "trained by the same engine while this page was built. Run this cell in Jupyter or Colab "
-                     "for the live widget (its controls, Train and Stop).</em></p>"))
+        display(
+            HTML(
+                f"<p><em>A snapshot: {names}, {hist['done'] * scale} {req.unit}s of the {req.task} task, "
+                "trained by the same engine while this page was built. Run this cell in Jupyter or Colab "
+                "for the live widget (its controls, Train and Stop).</em></p>"
+            )
+        )
 
 
 def stopping_text(hist) -> str:
@@ -409,8 +424,10 @@ def stopped_text(hist) -> str:
     if not hist or not hist.get("done"):
         return "**stopped** before the first update: press **Train** to start a new run"
     scale = family(hist).block
-    return (f"**stopped** at {hist['done'] * scale} / {hist['total'] * scale} {hist['unit']}s: the plots show "
-            "the run so far; press **Train** to start a new run")
+    return (
+        f"**stopped** at {hist['done'] * scale} / {hist['total'] * scale} {hist['unit']}s: the plots show "
+        "the run so far; press **Train** to start a new run"
+    )
 
 
 def live_training(snapshot: dict | None = None, **defaults) -> LiveTraining:

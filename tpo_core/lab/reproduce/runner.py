@@ -108,7 +108,7 @@ def execute(
     """Train ``runs`` (same ``cfg.static`` and length; their knobs may differ) for ``seeds`` as one program.
     Returns (curves [S, T] per metric for each run, info)."""
     cfg = runs[0].cfg
-    program = (train.make_bandit_program(cfg, dataset) if not runs[0].family.is_token else train.make_token_program(cfg))
+    program = train.make_bandit_program(cfg, dataset) if not runs[0].family.is_token else train.make_token_program(cfg)
     n = runs[0].length
     size = train.chunk_plan(n, chunk if chunk else max(1, n // 20))
     padded = padded_seeds(seeds, jax.device_count())
@@ -281,7 +281,11 @@ def run_preset(
                     per_seed[(r.key, s)] = got
         else:
             got = load_run_file(out / r.filename, r.config_hash())
-            if got is not None and not r.family.is_token and got[1].get("data_source", dataset.source) != dataset.source:
+            if (
+                got is not None
+                and not r.family.is_token
+                and got[1].get("data_source", dataset.source) != dataset.source
+            ):
                 log(f"[{name}] {r.key}: {r.filename} was trained on other data ({got[1]['data_source']}), retraining")
                 got = None
             if got is not None:
@@ -306,8 +310,14 @@ def run_preset(
         bar = None
         if progress and main:
             from tqdm.auto import tqdm
-            bar = tqdm(total=group[0].length, desc=f"{name} {i + 1}/{len(jobs)} {label} seeds {list(batch)}",
-                       unit="ep" if group[0].family.is_token else "eval", dynamic_ncols=True, file=sys.stderr)
+
+            bar = tqdm(
+                total=group[0].length,
+                desc=f"{name} {i + 1}/{len(jobs)} {label} seeds {list(batch)}",
+                unit="ep" if group[0].family.is_token else "eval",
+                dynamic_ncols=True,
+                file=sys.stderr,
+            )
         ckpt = None
         if out is not None:
             tag = hashlib.sha256(json.dumps([[r.seed_hash(s) for s in batch] for r in group]).encode()).hexdigest()[:16]
