@@ -152,7 +152,7 @@ def chunk_to_host(program, carry, start: int, n: int):
 
 
 def by_point(metrics: dict, n_points: int, n_seeds: int) -> dict:
-    """Metrics of a sweep's runs [P·S, ...] (point-major, as :meth:`Program.init` lays them
+    """Metrics of a sweep's runs [P·S, ...] (point-major, as :meth:`tpo_core.train.Program.init` lays them
     out) as [P, S, ...]."""
     return {k: v.reshape((n_points, n_seeds) + v.shape[1:]) for k, v in metrics.items()}
 

@@ -43,7 +43,7 @@ H_MIN, H_MAX = 2, 10
 def validate(
     task, methods, reward="terminal", H=6, B=100, K=8, eta=1.0, episodes=300, n_seeds=1, seed=0, bandit_steps=3000
 ) -> Request:
-    """Turn raw UI values into a :class:`Request`, or raise ``ValueError`` naming the input (the configs' checks,
+    """Turn raw UI values into a :class:`tpo_core.stream.Request`, or raise ``ValueError`` naming the input (the configs' checks,
     :mod:`tpo_core.checks`, with the UI's bounds; the demo wraps it for its message)."""
     checks.require(task in TASKS, "task", f"must be one of {', '.join(TASKS)}", task)
     if isinstance(methods, str):

@@ -130,16 +130,19 @@ def execute(
                 log(f"resumed from {checkpoint.name} at {done}/{n}")
             if bar is not None:
                 bar.update(done)
-    while done < n:
-        step = min(size, n - done)
-        carry, metrics = program.chunk(carry, done, step, *program.data)
+
+    def device_chunk(c, start, k):  # the metrics stay on the devices: _to_numpy gathers them across processes
+        return program.chunk(c, start, k, *program.data)
+
+    sizes = [min(size, n - d) for d in range(done, n, size)]
+    chunks = train.run_chunks(program, carry, sizes, start=done, call=device_chunk)
+    for carry, done, metrics in chunks:
         devices = len(next(iter(metrics.values())).sharding.device_set)
         parts.append({k: _to_numpy(v) for k, v in metrics.items() if v.ndim == 2})
-        done += step
         if checkpoint is not None and done < n and is_main_process():
             save_checkpoint(checkpoint, tag, carry, done, parts)
         if bar is not None:
-            bar.update(step)
+            bar.update(next(iter(parts[-1].values())).shape[1])
     if checkpoint is not None and checkpoint.exists() and is_main_process():
         checkpoint.unlink()
     full = {k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
