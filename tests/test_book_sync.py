@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import pathlib
 import re
@@ -458,7 +459,7 @@ def test_offline_assets_come_from_installed_packages(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("nproc", [1, 2])
-def test_parallel_build_starts_one_page_per_task_slowest_first(tmp_path, nproc):
+def test_parallel_build_starts_one_page_per_task_slowest_first(tmp_path, monkeypatch, nproc):
     """Sphinx's own ParallelTasks, fed the wrapper's chunks, starts the pages in the wanted order (the slow
     pages listed in SLOWEST_FIRST in that order, then the rest by name)."""
     from sphinx.util.parallel import ParallelTasks
@@ -487,18 +488,29 @@ def test_parallel_build_starts_one_page_per_task_slowest_first(tmp_path, nproc):
     ]
     chunks = jb_parallel.one_per_task(docs, nproc)
     assert all(len(c) == 1 for c in chunks) and sorted(c[0] for c in chunks) == sorted(docs)
-    log = tmp_path / "started.txt"
+    added = tmp_path / "all-added"
+    started = []  # the order in which ParallelTasks starts the workers, recorded in the parent
+    fork_process = multiprocessing.get_context("fork").Process
+    start = fork_process.start
+
+    def recording_start(proc):
+        started.append(proc._args[2][0])  # Process(target=_process, args=(pipe, task_func, chunk))
+        start(proc)
+
+    monkeypatch.setattr(fork_process, "start", recording_start)
 
     def task(chunk):  # runs in a forked worker, as Sphinx's read_process does
-        with open(log, "a") as f:
-            f.write(chunk[0] + "\n")
-        time.sleep(0.3)
+        # a real page takes seconds to read, so Sphinx adds every task before one finishes: hold each worker
+        # until then (a fixed sleep is not enough on a loaded machine, where forking pytest is slow)
+        deadline = time.monotonic() + 60
+        while not added.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     tasks = ParallelTasks(nproc)
     for chunk in chunks:
         tasks.add_task(task, chunk)
+    added.touch()
     tasks.join()
-    started = log.read_text().split()
     # the first nproc start together (in either order); after that each free worker takes the next one
     assert sorted(started[:nproc]) == sorted(wanted[:nproc]) and started[nproc:] == wanted[nproc:]
 

@@ -85,7 +85,7 @@ class TokenConfig:
 
     @property
     def samples_per_prompt(self) -> int:
-        return self.K if self.spec.sampling == "group" else 1
+        return self.K if self.spec.groups else 1
 
     @property
     def knobs(self) -> dict:
@@ -113,7 +113,7 @@ class TokenConfig:
 
     def interaction_matched(self) -> "TokenConfig":
         """Single-sample methods see as many samples as a group method: B·K prompts, lr·sqrt(K)."""
-        if self.spec.sampling != "single":
+        if not self.spec.single_sample:
             return self
         return self.replace(B=self.B * self.K, lr=self.lr * math.sqrt(self.K))
 

@@ -45,6 +45,17 @@ class Method:
     def dense_only(self) -> bool:
         return self.sampling == "token"
 
+    @property
+    def groups(self) -> bool:
+        """The method trains on groups of K completions of one prompt."""
+        return self.sampling == "group"
+
+    @property
+    def single_sample(self) -> bool:
+        """The method trains on one completion per prompt (an interaction-matched comparison gives it B·K
+        prompts)."""
+        return self.sampling == "single"
+
     def groups_drawn(self, B: int) -> int:
         """Prompts (groups) sampled per episode for a batch of B: B, or round(B·oversample) for a refill variant.
         Rollouts per episode are this times K, the count an interaction-matched comparison uses."""

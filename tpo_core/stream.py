@@ -47,6 +47,7 @@ class Family:
     chunk: int  # program steps per streamed update after the first
     error_key: str  # the metric of its error curve
     zero_label: str  # what its third plot shows
+    cli: str  # as the command line names it (``tpo train --task``)
 
     @property
     def methods(self) -> tuple:
@@ -58,15 +59,26 @@ class Family:
         return self.config is TokenConfig
 
 
-TOKEN = Family(TOKEN_REVERSAL, "token", TokenConfig, "episode", 1, CHUNK, "error", "zero-variance groups")
+TOKEN = Family(
+    TOKEN_REVERSAL, "token", TokenConfig, "episode", 1, CHUNK, "error", "zero-variance groups", cli="reversal"
+)
 BANDIT = Family(
-    MNIST_BANDIT, "bandit", BanditConfig, "step", BANDIT_EVAL_EVERY, BANDIT_CHUNK, "test_error", "training error"
+    MNIST_BANDIT,
+    "bandit",
+    BanditConfig,
+    "step",
+    BANDIT_EVAL_EVERY,
+    BANDIT_CHUNK,
+    "test_error",
+    "training error",
+    cli="mnist",
 )
 FAMILIES = {f.name: f for f in (TOKEN, BANDIT)}
 
 
 def family(of) -> Family:
-    """The family of a config, a family name, a ``kind`` or a :class:`Request`/history (its ``task``)."""
+    """The family of a config, a family name, a ``kind``, a command-line name or a :class:`Request`/history (its
+    ``task``)."""
     if isinstance(of, Family):
         return of
     if isinstance(of, (TokenConfig, BanditConfig)):
@@ -76,7 +88,7 @@ def family(of) -> Family:
     elif isinstance(of, Request):
         of = of.task
     for f in FAMILIES.values():
-        if of in (f.name, f.kind):
+        if of in (f.name, f.kind, f.cli):
             return f
     raise ValueError(f"task must be one of {', '.join(FAMILIES)}, got {of!r}")
 

@@ -86,6 +86,8 @@ class Program:
     unit: str = "episodes"
 
     def init(self, seeds: Sequence[int], points: Sequence[dict] | None = None):
+        """The carry of ``len(points) × len(seeds)`` fresh runs, point-major (every seed of the first point,
+        then the next), each point's knobs overriding this program's; sharded over devices on the run axis."""
         points = list(points) if points else [{}]
         rows = [{**self.knobs, **p} for p in points for _ in seeds]
         knobs = {k: jnp.asarray([r[k] for r in rows], jnp.float32) for k in self.knobs}

@@ -14,12 +14,12 @@ import time
 
 import numpy as np
 
-from tpo_core import config, runtime, train
+from tpo_core import checks, config, runtime, stream, train
 
 from . import atomic_io, mnist, report
 from .reproduce import experiments, stats
 
-TASKS = ("reversal", "mnist")
+TASKS = tuple(f.cli for f in stream.FAMILIES.values())
 
 
 class UsageError(Exception):
@@ -40,14 +40,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _int_at_least(name, lo):
+    """An argparse type: the text as an integer >= ``lo``, by the library's check (:func:`tpo_core.checks.integer`)."""
+
     def parse(text):
         try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value < lo:
-            raise argparse.ArgumentTypeError(f"{name} must be >= {lo}, got {value}")
-        return value
+            return checks.integer(name, int(text), lo)
+        except ValueError as e:
+            message = str(e) if str(e).startswith(name) else f"{name} must be an integer, got {text!r}"
+            raise argparse.ArgumentTypeError(message) from None
 
     return parse
 
@@ -74,7 +74,7 @@ def parse_sweep(items) -> dict | None:
 
 def _add_train(sub):
     p = sub.add_parser("train", help="train one configuration over several seeds")
-    p.add_argument("--task", default="reversal", help=f"one of {TASKS}")
+    p.add_argument("--task", default=stream.TOKEN.cli, help=f"one of {TASKS}")
     p.add_argument("--method", default="tpo")
     p.add_argument("--target", default="reverse_copy", help="copy | flip | reverse_copy | reverse_flip")
     p.add_argument("--reward", default="terminal", help="bag | sequential | terminal")
@@ -130,7 +130,9 @@ def cmd_train(args) -> int:
     if args.out and pathlib.Path(args.out).suffix not in (".json", ".npz"):
         raise ValueError(f"out must end in .json or .npz, got {args.out!r}")
     sweep = parse_sweep(args.sweep)
-    if args.task == "reversal":
+    checks.require(args.task in TASKS, "task", f"must be one of {TASKS}", args.task)
+    task = stream.family(args.task)
+    if task.is_token:
         cfg = config.TokenConfig(
             method=args.method,
             target=args.target,
@@ -149,7 +151,7 @@ def cmd_train(args) -> int:
         total, unit, curve_name, metric = cfg.episodes, "ep", "error", "error"
         chunk = args.chunk if args.chunk is not None else max(1, min(50, cfg.episodes))
         run = lambda cb: train.train_tokens(cfg, seeds, chunk, cb, sweep=sweep, run_batch=args.run_batch)  # noqa: E731
-    elif args.task == "mnist":
+    else:
         steps = 2000 if args.episodes is None else args.episodes
         if steps < 1:
             raise ValueError(f"episodes (mnist steps) must be >= 1, got {steps}")
@@ -162,11 +164,9 @@ def cmd_train(args) -> int:
         run = lambda cb: train.train_bandit(  # noqa: E731
             cfg, dataset, seeds, chunk, cb, sweep=sweep, run_batch=args.run_batch
         )
-    else:
-        raise ValueError(f"task must be one of {TASKS}, got {args.task!r}")
     config.check_sweep(cfg, sweep)
     points = len(next(iter(sweep.values()))) if sweep else 1
-    if args.task == "reversal":  # refused before the progress bar starts (train_tokens checks it again, cheaply)
+    if task.is_token:  # refused before the progress bar starts (train_tokens checks it again, cheaply)
         train.check_run_memory(cfg, len(seeds), points, args.run_batch)
     bar = _progress(total, unit, args.quiet)
     t0 = time.perf_counter()

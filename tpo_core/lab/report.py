@@ -426,6 +426,7 @@ def _cell(v) -> str:
 def paper_tables_markdown() -> str:
     """The paper's Tables 1–3 and the MNIST numbers as markdown, rendered from
     :mod:`tpo_core.lab.reproduce.paper_numbers` (the one copy)."""
+    from tpo_core.constants import DENSE_REWARDS, TARGETS
     from tpo_core.methods import get as method
 
     from .reproduce import paper_numbers as P
@@ -434,21 +435,17 @@ def paper_tables_markdown() -> str:
     cols3 = [(s, H) for s in "PI" for H in (7, 8, 9, 10)]
     t3 = ["| method | " + " | ".join(f"{s} H{H}" for s, H in cols3) + " |", "|---" * (len(cols3) + 1) + "|"]
     t3 += [
-        f"| {title(m)} | " + " | ".join(_cell(P.TABLE3[(m, H, s)]) for s, H in cols3) + " |"
-        for m in ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")
+        f"| {title(m)} | " + " | ".join(_cell(P.TABLE3[(m, H, s)]) for s, H in cols3) + " |" for m in P.TABLE3_METHODS
     ]
     vs = (2, 4, 8, 16)
     t1 = ["| method | " + " | ".join(f"V={v}" for v in vs) + " |", "|---" * (len(vs) + 1) + "|"]
-    t1 += [
-        f"| {title(m)} | " + " | ".join(_cell(P.TABLE1[(m, v)]) for v in vs) + " |"
-        for m in ("tpo_token", "grpo_token", "dg", "ppo")
-    ]
-    ms = ("tpo_token", "grpo_token", "dg", "ppo")
+    t1 += [f"| {title(m)} | " + " | ".join(_cell(P.TABLE1[(m, v)]) for v in vs) + " |" for m in P.TABLE1_METHODS]
+    ms = P.TABLE1_METHODS
     t2 = ["| reward | target | " + " | ".join(title(m) for m in ms) + " |", "|---" * (len(ms) + 2) + "|"]
     t2 += [
         f"| {r} | {t.replace('_', ' ')} | " + " | ".join(_cell(P.TABLE2[(m, r, t)]) for m in ms) + " |"
-        for r in ("bag", "sequential")
-        for t in ("copy", "flip", "reverse_copy", "reverse_flip")
+        for r in DENSE_REWARDS
+        for t in TARGETS
     ]
     mnist = ", ".join(f"{title(m)} {P.mnist_text(m)}" for m, _ in sorted(P.MNIST.items(), key=lambda kv: kv[1]))
     return "\n".join(

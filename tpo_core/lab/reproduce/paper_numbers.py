@@ -35,6 +35,10 @@ def mnist_text(method: str, unit: str = " %") -> str:
     return f"{value:g}{unit}"
 
 
+# The rows of Tables 1–2 (the dense-reward methods) and of Table 3, in the paper's order.
+TABLE1_METHODS = ("tpo_token", "grpo_token", "dg", "ppo")
+TABLE3_METHODS = ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")
+
 # Table 1 (§3.4): steps to 1% error, dense bag-of-tokens reverse copy, H=10, K=8, 20 seeds, 1000 episodes.
 TABLE1 = {
     ("tpo_token", 2): 58,

@@ -17,6 +17,7 @@ import re
 from typing import Callable, Optional
 
 from tpo_core.config import BanditConfig, TokenConfig
+from tpo_core.constants import DENSE_REWARDS, TARGETS
 from tpo_core.stream import Family, family
 
 from . import experiments, reference, seedwise, stats
@@ -199,7 +200,7 @@ def _mnist_build(budget):
 
 
 # ---- Table 1: vocabulary sweep, dense bag reward ---------------------------------------------
-DENSE_METHODS = ("tpo_token", "grpo_token", "dg", "ppo")
+DENSE_METHODS = P.TABLE1_METHODS
 
 
 def _table1_build(budget):
@@ -219,7 +220,6 @@ def _table1_build(budget):
 
 
 # ---- Table 2: targets × dense rewards ---------------------------------------------------------
-TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
 
 
 def _table2_build(budget):
@@ -227,10 +227,10 @@ def _table2_build(budget):
         grid = [(m, "bag", "reverse_copy") for m in DENSE_METHODS] + [("tpo_token", "sequential", "reverse_copy")]
         seeds, eps, note = _seeds(1), 6, "tiny"
     elif budget == "cpu":
-        grid = [(m, r, t) for r in ("bag", "sequential") for t in ("copy", "reverse_copy") for m in DENSE_METHODS]
+        grid = [(m, r, t) for r in DENSE_REWARDS for t in ("copy", "reverse_copy") for m in DENSE_METHODS]
         seeds, eps, note = _seeds(2), 300, "targets copy and reverse copy, 2 seeds, 300 episodes (paper: 4, 10, 1000)"
     else:
-        grid = [(m, r, t) for r in ("bag", "sequential") for t in TARGETS for m in DENSE_METHODS]
+        grid = [(m, r, t) for r in DENSE_REWARDS for t in TARGETS for m in DENSE_METHODS]
         seeds, eps, note = _seeds(10), 1000, "the paper's setting: H=10, V=2, K=8, 10 seeds, 1000 episodes"
     runs = [
         Run(
@@ -245,7 +245,7 @@ def _table2_build(budget):
 
 
 # ---- Table 3: terminal reward, prompt- and interaction-matched -------------------------------
-TABLE3_METHODS = ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")
+TABLE3_METHODS = P.TABLE3_METHODS
 TABLE3_BUDGETS = BUDGETS + ("paper-h10", "paper-h7")
 
 
