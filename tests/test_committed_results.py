@@ -158,3 +158,17 @@ def test_every_committed_summary_has_its_experiment_its_report_and_all_its_seeds
             arm = row["key"].split()[0]
             for seed in row["seeds"]:
                 assert list(folder.glob(f"{arm}_*seed{seed}.npz")), (row["key"], seed)
+
+
+@pytest.mark.parametrize("summary", sorted(ROOT.glob("results/*/summary.json")), ids=lambda p: p.parent.name)
+def test_every_committed_summary_names_a_module_that_exists(summary):
+    """A summary's ``command`` is how a reader reruns it: its ``python -m`` module must still import (modules
+    moved when the lab became a subpackage)."""
+    import importlib.util
+
+    command = json.loads(summary.read_text()).get("command")
+    if not command:
+        pytest.skip(f"{summary.parent.name} records no command")
+    words = command.split()
+    assert words[:2] == ["python", "-m"], command
+    assert importlib.util.find_spec(words[2]) is not None, f"{summary}: {words[2]} is not a module"
