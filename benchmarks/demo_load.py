@@ -106,28 +106,15 @@ def parse_args(argv=None):
     ap = _Parser(
         prog="python benchmarks/demo_load.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument(
-        "--sessions",
-        type=_int_range("--sessions", 1, 200),
-        default=20,
-        help="concurrent training sessions in phase (a)",
+    integers = (  # (option, low, high, default, help)
+        ("--sessions", 1, 200, 20, "concurrent training sessions in phase (a)"),
+        ("--trainings", 1, 10_000, 100, "trainings in phase (b), each from a new session"),
+        ("--sample-every", 1, 10_000, 10, "read the server's RSS after every this many trainings of phase (b)"),
+        ("--parallel", 1, 64, 2, "trainings submitted at a time in phase (b)"),
+        ("--episodes", 1, 200, 6, "episodes per training"),
     )
-    ap.add_argument(
-        "--trainings",
-        type=_int_range("--trainings", 1, 10_000),
-        default=100,
-        help="trainings in phase (b), each from a new session",
-    )
-    ap.add_argument(
-        "--sample-every",
-        type=_int_range("--sample-every", 1, 10_000),
-        default=10,
-        help="read the server's RSS after every this many trainings of phase (b)",
-    )
-    ap.add_argument(
-        "--parallel", type=_int_range("--parallel", 1, 64), default=2, help="trainings submitted at a time in phase (b)"
-    )
-    ap.add_argument("--episodes", type=_int_range("--episodes", 1, 200), default=6, help="episodes per training")
+    for name, lo, hi, default, text in integers:
+        ap.add_argument(name, type=_int_range(name, lo, hi), default=default, help=text)
     ap.add_argument(
         "--threshold-mb",
         type=_positive_float("--threshold-mb"),

@@ -287,39 +287,35 @@ def _explorer_tab():
                     with gr.Column(scale=2):
                         summary = gr.Markdown(X.summary_markdown(a0), elem_id="explorer-summary")
         outputs = [scores_text, logp_text, message, summary, bars, contrast]
+        # every explorer event shares one queue: a slider drag runs only its last value
+        queue = dict(
+            concurrency_limit=EXPLORER_CONCURRENCY,
+            concurrency_id="explorer",
+            show_progress="hidden",
+            trigger_mode="always_last",
+        )
         gr.on(
             [k.change, eta.change, scores_preset.input, logp_preset.input, seed.change],
             explore,
             inputs=[k, eta, scores_preset, scores_text, logp_preset, logp_text, seed],
             outputs=outputs,
             api_name="explore",
-            concurrency_limit=EXPLORER_CONCURRENCY,
-            concurrency_id="explorer",
-            show_progress="hidden",
-            trigger_mode="always_last",
+            **queue,
         )
-        gr.on(
-            [scores_text.input, scores_text.submit],
-            explore_typed_scores,
-            inputs=[k, eta, scores_text, logp_preset, logp_text, seed],
-            outputs=outputs + [scores_preset],
-            api_visibility="private",
-            concurrency_limit=EXPLORER_CONCURRENCY,
-            concurrency_id="explorer",
-            show_progress="hidden",
-            trigger_mode="always_last",
+        # typing into a text box: the same explorer, and its preset menu switches to "custom"
+        typed = (
+            (scores_text, scores_preset, explore_typed_scores, [k, eta, scores_text, logp_preset, logp_text, seed]),
+            (logp_text, logp_preset, explore_typed_logp, [k, eta, scores_preset, scores_text, logp_text, seed]),
         )
-        gr.on(
-            [logp_text.input, logp_text.submit],
-            explore_typed_logp,
-            inputs=[k, eta, scores_preset, scores_text, logp_text, seed],
-            outputs=outputs + [logp_preset],
-            api_visibility="private",
-            concurrency_limit=EXPLORER_CONCURRENCY,
-            concurrency_id="explorer",
-            show_progress="hidden",
-            trigger_mode="always_last",
-        )
+        for text, preset, fn, inputs in typed:
+            gr.on(
+                [text.input, text.submit],
+                fn,
+                inputs=inputs,
+                outputs=outputs + [preset],
+                api_visibility="private",
+                **queue,
+            )
 
 
 def _training_tab():
@@ -345,32 +341,22 @@ def _training_tab():
                     elem_id="train-reward",
                     visible=token0,
                 )
-                h = gr.Slider(
-                    T.H_MIN,
-                    T.H_MAX,
-                    value=T.DEFAULTS["H"],
-                    step=1,
-                    label="H (sequence length)",
-                    elem_id="train-h",
-                    visible=token0,
-                )
-                tk = gr.Slider(
-                    2,
-                    T.MAX_TRAIN_K,
-                    value=T.DEFAULTS["K"],
-                    step=1,
-                    label="K (group size)",
-                    elem_id="train-k",
-                    visible=token0,
-                )
-                b = gr.Slider(
-                    1,
-                    T.MAX_B,
-                    value=T.DEFAULTS["B"],
-                    step=1,
-                    label="B (prompts per episode)",
-                    elem_id="train-b",
-                    visible=token0,
+                # the token task's integer sliders: (the key of T.DEFAULTS, low, high, label)
+                h, tk, b = (
+                    gr.Slider(
+                        lo,
+                        hi,
+                        value=T.DEFAULTS[key],
+                        step=1,
+                        label=label,
+                        elem_id=f"train-{key.lower()}",
+                        visible=token0,
+                    )
+                    for key, lo, hi, label in (
+                        ("H", T.H_MIN, T.H_MAX, "H (sequence length)"),
+                        ("K", 2, T.MAX_TRAIN_K, "K (group size)"),
+                        ("B", 1, T.MAX_B, "B (prompts per episode)"),
+                    )
                 )
                 episodes = gr.Number(
                     T.DEFAULTS["episodes"],

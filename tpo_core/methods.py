@@ -133,6 +133,11 @@ def tpo_refill(oversample: float = 2.0, name: str | None = None) -> Method:
     )
 
 
+def _grpo_loss(b, k):
+    """GRPO's clipped sequence-ratio loss with its k3 KL; on sequences and on the per-state token candidates alike."""
+    return L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"])
+
+
 REGISTRY: dict[str, Method] = {}
 
 
@@ -181,7 +186,7 @@ register(
         title="GRPO",
         sampling="group",
         epochs=4,
-        loss=lambda b, k: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"]),
+        loss=_grpo_loss,
         summary="Paper semantics: population std, sequence-level ratio, k3 KL to the rollout, β 0.04, clip 0.2.",
         bandit=_bandit_grpo,
     )
@@ -285,7 +290,7 @@ register(
         title="GRPO_token",
         sampling="token",
         epochs=4,
-        loss=lambda b, k: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"]),
+        loss=_grpo_loss,
         summary="GRPO on single-token log-probs of the per-state candidates (dense rewards).",
     )
 )

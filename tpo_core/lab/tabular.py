@@ -213,21 +213,11 @@ def trace_exact(
     return dict(out)
 
 
-def run_exact(
-    logits,
-    method: str,
-    alpha: float = 0.1,
-    steps: int = 1000,
-    eta: float = 1.0,
-    optimizer: str = "normalised",
-    b1: float = 0.9,
-    b2: float = 0.999,
-    eps: float = 1e-8,
-):
+def run_exact(logits, method: str, *args, **kwargs):
     """``steps`` exact updates from ``logits`` [C, A] (normalised steps of length ``alpha`` by default, or
-    Adam with learning rate ``alpha``: see :func:`trace_exact`); returns p before each step and after the
-    last, [steps + 1, C] (row 0 is the initial table)."""
-    return trace_exact(logits, method, alpha, steps, eta, optimizer, b1, b2, eps)["p"]
+    Adam with learning rate ``alpha``; the options and their checks are :func:`trace_exact`'s); returns p
+    before each step and after the last, [steps + 1, C] (row 0 is the initial table)."""
+    return trace_exact(logits, method, *args, **kwargs)["p"]
 
 
 def steps_to(p_history, threshold: float = 0.99):
