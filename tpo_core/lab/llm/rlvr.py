@@ -741,7 +741,7 @@ def figure(out):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from ..figures import color
+    from ..figures import color, se_band
     from ..reproduce.stats import seed_se
 
     out = pathlib.Path(out)
@@ -775,21 +775,7 @@ def figure(out):
                     row,
                     col,
                 )
-            fig.add_trace(
-                go.Scatter(
-                    x=np.concatenate([x, x[::-1]]),
-                    y=np.concatenate([mean + se, (mean - se)[::-1]]),
-                    fill="toself",
-                    fillcolor=c,
-                    opacity=0.15,
-                    line=dict(width=0),
-                    hoverinfo="skip",
-                    showlegend=False,
-                    legendgroup=method,
-                ),
-                row,
-                col,
-            )
+            fig.add_trace(se_band(x, mean - se, mean + se, c, method), row, col)
             fig.add_trace(
                 go.Scatter(
                     x=x,

@@ -1267,7 +1267,7 @@ def figure(out, b: Budget):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from ..figures import color
+    from ..figures import color, se_band
     from ..reproduce.stats import seed_se
 
     out = pathlib.Path(out)
@@ -1293,21 +1293,7 @@ def figure(out, b: Budget):
             mean = np.nanmean(y, 0)
             se = np.nan_to_num(seed_se(y, axis=0)) if len(y) > 1 else np.zeros_like(mean)
             row, col = n // 5 + 1, n % 5 + 1
-            fig.add_trace(
-                go.Scatter(
-                    x=np.concatenate([x, x[::-1]]),
-                    y=np.concatenate([mean + se, (mean - se)[::-1]]),
-                    fill="toself",
-                    fillcolor=c,
-                    opacity=0.12,
-                    line=dict(width=0),
-                    hoverinfo="skip",
-                    showlegend=False,
-                    legendgroup=name,
-                ),
-                row,
-                col,
-            )
+            fig.add_trace(se_band(x, mean - se, mean + se, c, name, 0.12), row, col)
             fig.add_trace(
                 go.Scatter(x=x, y=mean, name=name, legendgroup=name, showlegend=n == 0, line=dict(color=c, dash=dash)),
                 row,
