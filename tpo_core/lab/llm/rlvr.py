@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import atomic_io
-from ..reproduce import experiments
+from .common import TrlExperiment, check_preset, cli, trl_args
 
 __all__ = [
     "Budget",
@@ -202,20 +202,6 @@ def tiny_model_and_tokenizer(seed: int = 0):
     return transformers.LlamaForCausalLM(cfg), tokenizer
 
 
-def _grpo_trainer_class():
-    """TRL's ``GRPOTrainer`` unchanged but for one extra logged number, the mean |advantage| of each batch."""
-    from trl import GRPOTrainer
-
-    class GRPOTrainerLoggingAdvantages(GRPOTrainer):
-        def _generate_and_score_completions(self, inputs):
-            output = super()._generate_and_score_completions(inputs)
-            mode = "train" if self.model.training else "eval"
-            self._metrics[mode]["grpo/abs_advantage"].append(output["advantages"].abs().mean().item())
-            return output
-
-    return GRPOTrainerLoggingAdvantages
-
-
 class _Recorder:
     """Wraps a reward function; keeps the first and the latest batch of (completion, reward) for the report."""
 
@@ -270,12 +256,8 @@ def _partial_curves_callback():
 
 
 def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet):
-    import torch
     from datasets import Dataset
     from transformers import PrinterCallback
-    from trl import GRPOConfig
-
-    from tpo_core.bridge.trl import TargetPOConfig, TargetPOTrainer
 
     from .tasks import train_prompts
 
@@ -308,38 +290,7 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
         model, tokenizer, model_line = loaded.model, loaded.tokenizer, loaded.message
     reward_fn = _Recorder(reward)
     scratch = tempfile.mkdtemp(prefix=f"tpo_llm_{method}_seed{seed}_")  # the Trainer's output_dir (saves nothing)
-    common = dict(
-        output_dir=scratch,
-        per_device_train_batch_size=budget.prompts_per_step * budget.k,
-        gradient_accumulation_steps=1,
-        steps_per_generation=1,
-        num_iterations=1,
-        num_generations=budget.k,
-        max_completion_length=budget.max_completion_length,
-        max_steps=steps,
-        learning_rate=budget.learning_rate,
-        lr_scheduler_type="constant",
-        beta=0.0,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        logging_steps=1,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=not torch.cuda.is_available(),
-        bf16=False,
-        seed=seed,
-        data_seed=seed,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
-    )
-    if method == "grpo":
-        args, trainer_cls = GRPOConfig(**common), _grpo_trainer_class()
-    else:
-        args = TargetPOConfig(
-            **common, eta=1.0, sequence_logp="mean" if method == "tpo_mean" else "sum", tpo_mode="exact"
-        )
-        trainer_cls = TargetPOTrainer
+    args, trainer_cls = trl_args(method, budget, scratch, steps=steps, learning_rate=budget.learning_rate, seed=seed)
     trainer = trainer_cls(
         model=model,
         reward_funcs=reward_fn,
@@ -605,18 +556,7 @@ def run_preset(
     """``python -m tpo_core reproduce llm_graph_coloring --budget cpu``: :func:`run_rlvr` on the preset's task
     at its default setting, TPO and GRPO (``methods`` to split them across processes), ``seeds`` seeds
     (default: the budget's). ``partial``: summarise the finished runs, train nothing."""
-    if name not in PRESETS:
-        raise ValueError(f"name must be one of {', '.join(PRESETS)}, got {name!r}")
-    if budget not in BUDGETS:
-        raise ValueError(f"budget must be one of {', '.join(BUDGETS)} for {name}, got {budget!r}")
-    if seeds is not None and not (isinstance(seeds, int) and seeds >= 1):
-        raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
-    out = pathlib.Path(out) if out else EXPERIMENTS[name].default_out(budget)
-    command = command or (
-        f"python -m tpo_core reproduce {name} --budget {budget}"
-        + (f" --seeds {seeds}" if seeds else "")
-        + f" --out {out}"
-    )
+    out, command = check_preset(name, budget, out, seeds, command, presets=PRESETS, budgets=BUDGETS)
     return run_rlvr(
         PRESETS[name],
         budget,
@@ -631,7 +571,7 @@ def run_preset(
 
 
 @dataclass(frozen=True)
-class RlvrExperiment:
+class RlvrExperiment(TrlExperiment):
     """One Reasoning Gym task as an experiment of the registry (:class:`tpo_core.lab.reproduce.experiments.Experiment`):
     TPO and GRPO at the task's default setting, budgets :data:`BUDGETS`; ``only`` names methods (:data:`METHODS`),
     so two processes can share one ``out``."""
@@ -639,6 +579,9 @@ class RlvrExperiment:
     name: str
     task: str
     budgets: tuple = tuple(BUDGETS)
+    budget_table = BUDGETS
+    methods = METHODS
+    run_preset = staticmethod(run_preset)
 
     @property
     def title(self) -> str:
@@ -648,57 +591,15 @@ class RlvrExperiment:
     def claim(self) -> str:
         return paper_claim(self.task)
 
-    def budget_note(self, budget: str) -> str:
-        return BUDGETS[budget].note
-
     def plan(self, budget: str) -> list:
         return [{"method": m, "seed": s} for m in PRESET_METHODS for s in BUDGETS[budget].seeds]
-
-    def default_out(self, budget: str) -> pathlib.Path:
-        return pathlib.Path(f"results/{self.name}_{budget}")
-
-    def train(
-        self,
-        budget: str,
-        out=None,
-        *,
-        seeds: int | None = None,
-        only=None,
-        partial: bool = False,
-        progress: bool = True,
-        command: str | None = None,
-        **options,
-    ) -> dict:
-        experiments.refuse_options(self, options, "a PyTorch + TRL run, not the JAX engine")
-        if only is not None:
-            bad = [m for m in only if m not in METHODS]
-            if bad or not only:
-                raise ValueError(
-                    f"only must name methods of {self.name} ({', '.join(METHODS)}), got {', '.join(bad) or 'nothing'}"
-                )
-        return run_preset(
-            self.name, budget, out, seeds=seeds, methods=only, partial=partial, quiet=not progress, command=command
-        )
 
     def metric_label(self, metric: str) -> str:
         return SUMMARY_METRICS.get(metric, metric)
 
-    def rows(self, summary: dict) -> list[dict]:
-        return experiments.labelled_rows(summary, self.metric_label)
-
-    def notes(self, summary: dict) -> str:
-        return f"PyTorch + TRL ({__name__}), not the JAX engine"
-
-    def list_text(self) -> str:
-        return "\n".join(
-            [f"{self.name:12s} {self.title}"]
-            + experiments.budget_lines(
-                {
-                    b: f"{x.steps} steps x {x.prompts_per_step} prompt(s) x K = {x.k}, {len(x.seeds)} seed(s); {x.note}"
-                    for b, x in BUDGETS.items()
-                }
-            )
-        )
+    def budget_line(self, budget: str) -> str:
+        x = BUDGETS[budget]
+        return f"{x.steps} steps x {x.prompts_per_step} prompt(s) x K = {x.k}, {len(x.seeds)} seed(s); {x.note}"
 
 
 EXPERIMENTS = {name: RlvrExperiment(name, task) for name, task in PRESETS.items()}  # this family's registry part
@@ -829,7 +730,8 @@ def measure_starting_success(
     return rows
 
 
-def main(argv=None) -> int:
+@cli
+def main(argv=None) -> None:
     from .tasks import TASKS
 
     parser = argparse.ArgumentParser(prog="python -m tpo_core.lab.llm.rlvr", description=__doc__.split("\n")[0])
@@ -849,50 +751,45 @@ def main(argv=None) -> int:
         "--task (or --setting) with the starting model, write starting_success.json",
     )
     args = parser.parse_args(argv)
+    if args.task not in TASKS:
+        raise ValueError(f"--task {args.task!r} is not one of {sorted(TASKS)}")
+    if args.budget not in BUDGETS:
+        raise ValueError(f"--budget {args.budget!r} is not one of {sorted(BUDGETS)}")
     try:
-        if args.task not in TASKS:
-            raise ValueError(f"--task {args.task!r} is not one of {sorted(TASKS)}")
-        if args.budget not in BUDGETS:
-            raise ValueError(f"--budget {args.budget!r} is not one of {sorted(BUDGETS)}")
+        seeds = None if args.seeds is None else [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        raise ValueError(f"--seeds {args.seeds!r} is not a comma-separated list of integers") from None
+    try:
+        steps = None if args.steps is None else int(args.steps)
+    except ValueError:
+        raise ValueError(f"--steps {args.steps!r} is not an integer") from None
+    if args.measure_start is not None:
         try:
-            seeds = None if args.seeds is None else [int(s) for s in args.seeds.split(",")]
+            n_prompts, k = (int(x) for x in args.measure_start.split(","))
         except ValueError:
-            raise ValueError(f"--seeds {args.seeds!r} is not a comma-separated list of integers") from None
-        try:
-            steps = None if args.steps is None else int(args.steps)
-        except ValueError:
-            raise ValueError(f"--steps {args.steps!r} is not an integer") from None
-        if args.measure_start is not None:
-            try:
-                n_prompts, k = (int(x) for x in args.measure_start.split(","))
-            except ValueError:
-                raise ValueError(f"--measure-start {args.measure_start!r} is not N_PROMPTS,K") from None
-            if n_prompts < 1 or k < 1:
-                raise ValueError(f"--measure-start {args.measure_start!r}: both must be ≥ 1")
-            measure_starting_success(
-                args.task,
-                args.out,
-                settings=None if args.setting is None else [args.setting],
-                n_prompts=n_prompts,
-                k=k,
-                model_path=args.model_path,
-            )
-            return 0
-        methods = tuple(m for m in args.methods.split(",") if m)
-        run_rlvr(
+            raise ValueError(f"--measure-start {args.measure_start!r} is not N_PROMPTS,K") from None
+        if n_prompts < 1 or k < 1:
+            raise ValueError(f"--measure-start {args.measure_start!r}: both must be ≥ 1")
+        measure_starting_success(
             args.task,
-            args.budget,
             args.out,
-            methods=methods,
-            seeds=seeds,
-            setting=args.setting,
-            steps=steps,
+            settings=None if args.setting is None else [args.setting],
+            n_prompts=n_prompts,
+            k=k,
             model_path=args.model_path,
         )
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+        return
+    methods = tuple(m for m in args.methods.split(",") if m)
+    run_rlvr(
+        args.task,
+        args.budget,
+        args.out,
+        methods=methods,
+        seeds=seeds,
+        setting=args.setting,
+        steps=steps,
+        model_path=args.model_path,
+    )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ skipped; the setting in progress keeps its finished groups in ``spread.partial.j
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import json
@@ -42,6 +41,7 @@ import numpy as np
 
 from .. import atomic_io
 from ..reproduce import experiments
+from .common import OneLineParser, RegistryEntry, cli
 
 __all__ = [
     "SCORES",
@@ -859,7 +859,7 @@ def figure(out):
 # the registry's view (python -m tpo_core reproduce llm_spread)
 # ----------------------------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class SpreadExperiment:
+class SpreadExperiment(RegistryEntry):
     """The measurement as an experiment of the registry (:class:`tpo_core.lab.reproduce.experiments.Experiment`): one
     budget, ``cpu``, the default settings, groups and K of :func:`run_spread`; nothing is trained, so ``seeds``,
     ``only`` and ``partial`` do not apply (other settings, groups, K or the tiny model: this module's own command
@@ -908,16 +908,8 @@ class SpreadExperiment:
     def metric_label(self, metric: str) -> str:
         return metric  # the summary's metrics are their labels already (REPORT_ROWS)
 
-    def rows(self, summary: dict) -> list[dict]:
-        return experiments.labelled_rows(summary, self.metric_label)
-
     def notes(self, summary: dict) -> str:
         return f"PyTorch ({__name__}): the starting model sampled and scored, no training"
-
-    def list_text(self) -> str:
-        return "\n".join(
-            [f"{self.name:12s} {self.title}"] + experiments.budget_lines({b: self.budget_note(b) for b in self.budgets})
-        )
 
 
 EXPERIMENTS = {e.name: e for e in (SpreadExperiment(),)}  # this family's part of the registry
@@ -936,13 +928,9 @@ def _positive_int(name: str, text: str, low: int) -> int:
     return v
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's usage errors: the one ``error: ...`` line of main, exit 2
-        raise ValueError(message)
-
-
-def main(argv=None) -> int:
-    parser = _Parser(prog="python -m tpo_core.lab.llm.spread", description=__doc__.split("\n")[0])
+@cli
+def main(argv=None) -> None:
+    parser = OneLineParser(prog="python -m tpo_core.lab.llm.spread", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--task", default="graph_coloring")
     parser.add_argument("--settings", default=",".join(DEFAULT_SETTINGS), help="comma-separated setting names")
@@ -954,46 +942,41 @@ def main(argv=None) -> int:
     parser.add_argument("--model-path", default=None, help="a GGUF file or a Hugging Face folder")
     parser.add_argument("--answer-format", default=None, help="tags, lenient (default for smollm2) or raw")
     parser.add_argument("--threads", default=None, help="torch.set_num_threads")
-    try:
-        args = parser.parse_args(argv)
-        from .tasks import TASKS, _check
+    args = parser.parse_args(argv)
+    from .tasks import TASKS, _check
 
-        if args.task not in TASKS:
-            raise ValueError(f"--task {args.task!r} is not one of {sorted(TASKS)}")
-        settings = [s for s in args.settings.split(",") if s]
-        if not settings:
-            raise ValueError("--settings is empty")
-        for s in settings:
-            try:
-                _check(args.task, s)
-            except ValueError:
-                raise ValueError(f"--settings: {s!r} is not one of {sorted(TASKS[args.task].settings)}") from None
-        groups = _positive_int("groups", args.groups, 1)
-        k = _positive_int("k", args.k, 2)
-        max_new = _positive_int("max-new-tokens", args.max_new_tokens, 1)
-        seed = _positive_int("seed", args.seed, 0)
-        if args.model not in MODELS:
-            raise ValueError(f"--model {args.model!r} is not one of {list(MODELS)}")
-        if args.threads is not None:
-            import torch
+    if args.task not in TASKS:
+        raise ValueError(f"--task {args.task!r} is not one of {sorted(TASKS)}")
+    settings = [s for s in args.settings.split(",") if s]
+    if not settings:
+        raise ValueError("--settings is empty")
+    for s in settings:
+        try:
+            _check(args.task, s)
+        except ValueError:
+            raise ValueError(f"--settings: {s!r} is not one of {sorted(TASKS[args.task].settings)}") from None
+    groups = _positive_int("groups", args.groups, 1)
+    k = _positive_int("k", args.k, 2)
+    max_new = _positive_int("max-new-tokens", args.max_new_tokens, 1)
+    seed = _positive_int("seed", args.seed, 0)
+    if args.model not in MODELS:
+        raise ValueError(f"--model {args.model!r} is not one of {list(MODELS)}")
+    if args.threads is not None:
+        import torch
 
-            torch.set_num_threads(_positive_int("threads", args.threads, 1))
-        run_spread(
-            args.out,
-            task=args.task,
-            settings=settings,
-            groups=groups,
-            k=k,
-            max_new_tokens=max_new,
-            model=args.model,
-            model_path=args.model_path,
-            answer_format=args.answer_format,
-            seed=seed,
-        )
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+        torch.set_num_threads(_positive_int("threads", args.threads, 1))
+    run_spread(
+        args.out,
+        task=args.task,
+        settings=settings,
+        groups=groups,
+        k=k,
+        max_new_tokens=max_new,
+        model=args.model,
+        model_path=args.model_path,
+        answer_format=args.answer_format,
+        seed=seed,
+    )
 
 
 if __name__ == "__main__":
