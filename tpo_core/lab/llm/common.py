@@ -9,6 +9,8 @@ entries' common methods and their command lines' error protocol.
   ``tpo_core.lab.reproduce.experiments.Experiment``) and ``TrlExperiment`` (also ``budget_note``,
   ``default_out``, ``train`` and ``notes``), which the experiments' frozen dataclasses inherit;
 * ``check_preset``: ``run_preset``'s argument checks, results folder and command line;
+* ``word_tokenizer`` (the smoke and sparse models' word-level vocabularies) and ``report_row`` (a report row
+  with no paper number);
 * ``OneLineParser`` and ``cli``: a bad flag or value ends ``main`` with one ``error: ...`` line and exit status 2.
 
 Like the experiments' modules this one imports no NumPy, PyTorch or TRL at import time (they load when a run
@@ -24,7 +26,18 @@ import sys
 
 from ..reproduce import experiments
 
-__all__ = ["trl_args", "RegistryEntry", "TrlExperiment", "default_out", "check_preset", "OneLineParser", "cli"]
+__all__ = [
+    "trl_args",
+    "RegistryEntry",
+    "TrlExperiment",
+    "default_out",
+    "check_preset",
+    "OneLineParser",
+    "cli",
+    "SPECIAL_TOKENS",
+    "word_tokenizer",
+    "report_row",
+]
 
 
 def _grpo_trainer_class():
@@ -88,6 +101,50 @@ def trl_args(method: str, budget, output_dir, *, steps: int, learning_rate: floa
     return args, trainer_cls
 
 
+SPECIAL_TOKENS = ("[PAD]", "[BOS]", "[EOS]", "[UNK]")  # ids 0-3 of every word-level vocabulary here
+
+
+def word_tokenizer(vocab, *, join_words: bool = False):
+    """A word-level ``PreTrainedTokenizerFast`` over ``vocab`` (token i has id i; it starts with
+    ``SPECIAL_TOKENS``): text splits on white space, a word outside ``vocab`` is ``[UNK]``, padding is on the
+    left (as TRL generates). ``join_words``: decoding puts one space between words (a ``WordPiece`` decoder
+    whose continuation prefix no word carries); otherwise the tokenizer has no decoder."""
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    if tuple(vocab[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+        raise ValueError(f"vocab must start with {list(SPECIAL_TOKENS)}, got {list(vocab[: len(SPECIAL_TOKENS)])}")
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if join_words:
+        tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        bos_token="[BOS]",
+        eos_token="[EOS]",
+        unk_token="[UNK]",
+        padding_side="left",
+    )
+
+
+def report_row(key: str, metric: str, ours: float, se, seeds: list, length: int) -> dict:
+    """One row of ``python -m tpo_core report`` for a result with no paper number at its setting: ``ours`` ±
+    ``se`` (None: no standard error) over ``seeds``, ``length`` steps (or groups); not comparable, no verdict."""
+    return {
+        "key": key,
+        "metric": metric,
+        "ours": ours,
+        "se": se,
+        "seeds": seeds,
+        "length": length,
+        "comparable": False,
+        "paper": None,
+        "paper_text": "no paper number at this setting",
+        "verdict": None,
+    }
+
+
 def default_out(name: str, budget: str) -> pathlib.Path:
     """``results/<name>_<budget>``: a training experiment's results folder when none is given."""
     return pathlib.Path(f"results/{name}_{budget}")
@@ -133,10 +190,15 @@ class RegistryEntry:
 
 class TrlExperiment(RegistryEntry):
     """A training LLM experiment of the registry, driven through TRL by its module's ``run_preset``. The
-    subclass, a frozen dataclass with ``name`` and ``budgets``, sets three class attributes: ``budget_table``
-    (its module's ``BUDGETS``, each with a ``note``), ``methods`` (what ``only`` may name) and ``run_preset``
-    (its module's function, as a ``staticmethod``). ``train`` refuses the JAX engine's options and an
-    ``only`` that names nothing or a method outside ``methods``, then hands on to ``run_preset``."""
+    subclass, a frozen dataclass with ``name`` and ``budgets``, names three things of its module as class
+    keywords (``class E(TrlExperiment, budget_table=BUDGETS, methods=METHODS, run_preset=run_preset)``):
+    its budgets (each with a ``note``), what ``only`` may name, and the function that trains a preset.
+    ``train`` refuses the JAX engine's options and an ``only`` that names nothing or a method outside
+    ``methods``, then hands on to ``run_preset``."""
+
+    def __init_subclass__(cls, *, budget_table, methods, run_preset, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.budget_table, cls.methods, cls.run_preset = budget_table, tuple(methods), staticmethod(run_preset)
 
     def budget_note(self, budget: str) -> str:
         return self.budget_table[budget].note

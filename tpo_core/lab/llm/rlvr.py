@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import atomic_io
-from .common import TrlExperiment, check_preset, cli, trl_args
+from .common import SPECIAL_TOKENS, TrlExperiment, check_preset, cli, report_row, trl_args, word_tokenizer
 
 __all__ = [
     "Budget",
@@ -169,23 +169,19 @@ _TINY_WORDS = [str(i) for i in range(60)]  # + 4 specials = 64 tokens: numbers o
 # completion is a list of numbers the verifier can read
 
 
+def _tiny_prompt(question: str) -> str:
+    """The tiny model's prompt (it has no chat template): the puzzle's first 8 words of its word-level vocabulary
+    (the puzzle's numbers), or ``0`` when it has none."""
+    words = set(_TINY_WORDS)
+    return " ".join([w for w in question.replace(".", " ").split() if w in words][:8] or ["0"])
+
+
 def tiny_model_and_tokenizer(seed: int = 0):
     """A 2-layer Llama (d = 32, vocabulary 64) and a word-level tokenizer: the bridge tests' smoke model."""
     import torch
     import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
 
-    vocab = {"[PAD]": 0, "[BOS]": 1, "[EOS]": 2, "[UNK]": 3, **{w: i + 4 for i, w in enumerate(_TINY_WORDS)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="[PAD]",
-        bos_token="[BOS]",
-        eos_token="[EOS]",
-        unk_token="[UNK]",
-        padding_side="left",
-    )
+    tokenizer = word_tokenizer([*SPECIAL_TOKENS, *_TINY_WORDS])
     torch.manual_seed(seed)
     cfg = transformers.LlamaConfig(
         vocab_size=64,
@@ -271,14 +267,9 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
     )
     if budget.model == "tiny":
         model, tokenizer = tiny_model_and_tokenizer(seed)
-        # the tiny model has no chat template: the prompt is the puzzle's numbers only (word-level vocabulary)
-        words = set(_TINY_WORDS)
         dataset = Dataset.from_dict(
             {
-                "prompt": [
-                    " ".join([w for w in e["question"].replace(".", " ").split() if w in words][:8] or ["0"])
-                    for e in reward.entries
-                ],
+                "prompt": [_tiny_prompt(e["question"]) for e in reward.entries],
                 "entry_index": list(range(len(reward.entries))),
             }
         )
@@ -460,19 +451,9 @@ def summary_rows(out, runs) -> list[dict]:
                     with np.load(out / f"{method}_seed{r['seed']}.npz") as f:
                         values.append(float(f["reward"][0]))
             se = seed_se(values)
+            seeds, length = sorted(r["seed"] for r in mine), min(r["steps"] for r in mine)
             rows.append(
-                {
-                    "key": method,
-                    "metric": metric,
-                    "ours": float(np.mean(values)),
-                    "se": None if not np.isfinite(se) else se,
-                    "seeds": sorted(r["seed"] for r in mine),
-                    "length": min(r["steps"] for r in mine),
-                    "comparable": False,
-                    "paper": None,
-                    "paper_text": "no paper number at this setting",
-                    "verdict": None,
-                }
+                report_row(method, metric, float(np.mean(values)), se if np.isfinite(se) else None, seeds, length)
             )
     return rows
 
@@ -571,7 +552,7 @@ def run_preset(
 
 
 @dataclass(frozen=True)
-class RlvrExperiment(TrlExperiment):
+class RlvrExperiment(TrlExperiment, budget_table=BUDGETS, methods=METHODS, run_preset=run_preset):
     """One Reasoning Gym task as an experiment of the registry (:class:`tpo_core.lab.reproduce.experiments.Experiment`):
     TPO and GRPO at the task's default setting, budgets :data:`BUDGETS`; ``only`` names methods (:data:`METHODS`),
     so two processes can share one ``out``."""
@@ -579,9 +560,6 @@ class RlvrExperiment(TrlExperiment):
     name: str
     task: str
     budgets: tuple = tuple(BUDGETS)
-    budget_table = BUDGETS
-    methods = METHODS
-    run_preset = staticmethod(run_preset)
 
     @property
     def title(self) -> str:

@@ -77,7 +77,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import atomic_io
-from .common import OneLineParser, TrlExperiment, check_preset, cli, trl_args
+from .common import (
+    SPECIAL_TOKENS,
+    OneLineParser,
+    TrlExperiment,
+    check_preset,
+    cli,
+    report_row,
+    trl_args,
+    word_tokenizer,
+)
 
 __all__ = [
     "Budget",
@@ -130,7 +139,7 @@ CLAIM = "GRPO collapses on graph colouring while TPO reaches about 0.96 (Kaddour
 
 EDGE_WORDS = [f"e{i}{j}" for i in range(N_VERTICES) for j in range(i + 1, N_VERTICES)]
 ANSWER_WORDS = [f"{v}:{c}" for v in range(N_VERTICES) for c in range(1, N_COLORS + 1)]
-SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
+SPECIALS = list(SPECIAL_TOKENS)
 VOCAB = SPECIALS + ["graph", "ans"] + EDGE_WORDS + list(FILLER) + ANSWER_WORDS
 
 
@@ -212,20 +221,13 @@ BUDGETS = {
         "plus 10 warm starts. An earlier design (random-colouring warm start only, 600 steps) learned "
         "nothing in any arm: results/llm_sparse_coloring_cpu_v1",
     ),
-    "gpu": Budget(
-        steps=300,
-        grid_steps=300,
-        lrs=(1e-4, 3e-4, 1e-3),
-        grid_seeds=(100, 101),
-        main_seeds=tuple(range(16)),
-        pretrain_steps=3000,
-        pretrain_lr=3e-3,
-        sft_steps=600,
-        sft_lr=1e-3,
-        sft_greedy=0.1,
-        note="the cpu budget's model, warm start and steps, 16 main seeds, on one GPU; not measured",
-    ),
 }
+BUDGETS["gpu"] = dataclasses.replace(
+    BUDGETS["cpu"],
+    lrs=(1e-4, 3e-4, 1e-3),
+    main_seeds=tuple(range(16)),
+    note="the cpu budget's model, warm start and steps, 16 main seeds, on one GPU; not measured",
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -234,20 +236,7 @@ BUDGETS = {
 
 def tokenizer():
     """The word-level tokenizer of :data:`VOCAB` (left padding, as TRL generates)."""
-    import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with one space
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="[PAD]",
-        bos_token="[BOS]",
-        eos_token="[EOS]",
-        unk_token="[UNK]",
-        padding_side="left",
-    )
+    return word_tokenizer(VOCAB, join_words=True)
 
 
 def make_model(seed: int, budget: Budget):
@@ -1110,20 +1099,8 @@ def summarize(out, budget: str, b: Budget | None = None, *, command: str | None 
         for key, mine in rows_from.items():
             vals = [r[metric] for r in mine]
             se = seed_se(vals)
-            rows.append(
-                {
-                    "key": key,
-                    "metric": metric,
-                    "ours": float(np.mean(vals)),
-                    "se": se if math.isfinite(se) else None,
-                    "seeds": sorted(r["seed"] for r in mine),
-                    "length": min(r["steps"] for r in mine),
-                    "comparable": False,
-                    "paper": None,
-                    "paper_text": "no paper number at this setting",
-                    "verdict": None,
-                }
-            )
+            seeds, length = sorted(r["seed"] for r in mine), min(r["steps"] for r in mine)
+            rows.append(report_row(key, metric, float(np.mean(vals)), se if math.isfinite(se) else None, seeds, length))
     base_ds, base_entries = heldout_puzzles(b.n_baseline, make_puzzles(b.n_train, TRAIN_DATA_SEED)[1])
     warm = {}
     for r in runs:
@@ -1310,7 +1287,7 @@ def run_preset(
 
 
 @dataclass(frozen=True)
-class SparseExperiment(TrlExperiment):
+class SparseExperiment(TrlExperiment, budget_table=BUDGETS, methods=ARMS, run_preset=run_preset):
     """The sparse-reward miniature as an experiment of the registry
     (:class:`tpo_core.lab.reproduce.experiments.Experiment`): both stages, every arm; ``only`` names arms (:data:`ARMS`),
     so several processes can share one ``out``. Stages, ``--num-iterations`` and the cache folder are this module's
@@ -1320,9 +1297,6 @@ class SparseExperiment(TrlExperiment):
     what: str
     budgets: tuple = tuple(BUDGETS)
     claim: str = CLAIM
-    budget_table = BUDGETS
-    methods = ARMS
-    run_preset = staticmethod(run_preset)
 
     @property
     def title(self) -> str:

@@ -41,7 +41,7 @@ import numpy as np
 
 from .. import atomic_io
 from ..reproduce import experiments
-from .common import OneLineParser, RegistryEntry, cli
+from .common import OneLineParser, RegistryEntry, cli, report_row
 
 __all__ = [
     "SCORES",
@@ -228,13 +228,6 @@ def shortcuts(reward, indices) -> dict | None:
 # ----------------------------------------------------------------------------------------------------------------
 # sampling and measuring one setting
 # ----------------------------------------------------------------------------------------------------------------
-def _tiny_prompt(question: str) -> str:
-    from .rlvr import _TINY_WORDS
-
-    words = set(_TINY_WORDS)  # as rlvr's smoke budget: the puzzle's numbers only (word-level vocabulary)
-    return " ".join([w for w in question.replace(".", " ").split() if w in words][:8] or ["0"])
-
-
 def _eos_ids(model, tokenizer) -> list[int]:
     """TRL's: every eos id the model's generation config declares, and the tokenizer's."""
     ids = model.generation_config.eos_token_id
@@ -261,6 +254,7 @@ def _generation_config(tokenizer, eos_ids, config):
 
 
 def _prompt_ids(tokenizer, question: str, chat: bool) -> list[int]:
+    from .rlvr import _tiny_prompt  # the smoke model's prompt, as rlvr's smoke budget
     from .tasks import chat_prompt
 
     if chat:  # TRL's _tokenize_prompts: apply_chat_template(add_generation_prompt=True, tokenize=True)
@@ -559,20 +553,8 @@ def _report_rows(settings: dict) -> list[dict]:
                 }[metric]
                 if value is None:
                     continue
-                rows.append(
-                    {
-                        "key": f"{s['config']['setting']} {score}",
-                        "metric": label,
-                        "ours": value["q50"],
-                        "se": None,
-                        "seeds": [s["config"]["sample_seed"]],
-                        "length": s["n_groups"],
-                        "comparable": False,
-                        "paper": None,
-                        "paper_text": "no paper number at this setting",
-                        "verdict": None,
-                    }
-                )
+                key = f"{s['config']['setting']} {score}"
+                rows.append(report_row(key, label, value["q50"], None, [s["config"]["sample_seed"]], s["n_groups"]))
     return rows
 
 
@@ -689,6 +671,26 @@ def figure_html(out) -> str:
     return pio.to_html(figure(out), include_plotlyjs=True, full_html=True)
 
 
+def _box_with_points(x, y, name: str, color: str, group: str, **kwargs):
+    """A box per ``x`` category of ``y`` with every point drawn over it (jittered), in ``color``; ``name`` is its
+    legend entry and its offset group (boxes of one name sit side by side per category), ``group`` its legend
+    group; ``kwargs`` go to ``go.Box`` (e.g. ``showlegend=False``)."""
+    import plotly.graph_objects as go
+
+    return go.Box(
+        x=x,
+        y=y,
+        name=name,
+        legendgroup=group,
+        marker_color=color,
+        boxpoints="all",
+        jitter=0.4,
+        pointpos=0,
+        offsetgroup=name,
+        **kwargs,
+    )
+
+
 def figure(out):
     """The spread of the starting model (a plotly figure; ``out`` holds ``spread.json``): TV(q, p_old) per group
     by score and η; H(p_old) per group; the within-group std of l_sum, l_mean and length; |p_i − q_i| (η = 1)
@@ -731,37 +733,9 @@ def figure(out):
             y = [
                 max(g["scores"][score]["eta"][_eta_key(e)]["tv"], floor) for e in rec["config"]["etas"] for g in signal
             ]
-            fig.add_trace(
-                go.Box(
-                    x=x,
-                    y=y,
-                    name=label,
-                    legendgroup=label,
-                    marker_color=c,
-                    boxpoints="all",
-                    jitter=0.4,
-                    pointpos=0,
-                    offsetgroup=label,
-                ),
-                1,
-                1,
-            )
-            fig.add_trace(
-                go.Box(
-                    x=[name] * len(groups),
-                    y=[g["scores"][score]["entropy_p_old"] for g in groups],
-                    name=label,
-                    legendgroup=label,
-                    marker_color=c,
-                    boxpoints="all",
-                    jitter=0.4,
-                    pointpos=0,
-                    offsetgroup=label,
-                    showlegend=False,
-                ),
-                1,
-                2,
-            )
+            fig.add_trace(_box_with_points(x, y, label, c, label), 1, 1)
+            entropies = [g["scores"][score]["entropy_p_old"] for g in groups]
+            fig.add_trace(_box_with_points([name] * len(groups), entropies, label, c, label, showlegend=False), 1, 2)
             keep = [r for r in rows if not groups[r["group"]]["zero_variance"]]
             fig.add_trace(
                 go.Scatter(
@@ -792,21 +766,9 @@ def figure(out):
                 2,
             )
         stds = [("ℓ_sum", "l_sum"), ("ℓ_mean", "l_mean"), ("length", "length")]
+        which, stds_y = [lab for lab, f in stds for _ in groups], [g[f]["std"] for _, f in stds for g in groups]
         fig.add_trace(
-            go.Box(
-                x=[lab for lab, f in stds for _ in groups],
-                y=[g[f]["std"] for _, f in stds for g in groups],
-                name=name,
-                marker_color=colour[(key, "sum")],
-                boxpoints="all",
-                jitter=0.4,
-                pointpos=0,
-                offsetgroup=name,
-                legendgroup=f"{name} sum",
-                showlegend=False,
-            ),
-            1,
-            3,
+            _box_with_points(which, stds_y, name, colour[(key, "sum")], f"{name} sum", showlegend=False), 1, 3
         )
         fig.add_trace(
             go.Scatter(
