@@ -1,10 +1,9 @@
 """What the LLM experiments (``rlvr``, ``sparse``, ``spread``) share: one TRL trainer set-up, their registry
 entries' common methods and their command lines' error protocol.
 
-* ``trl_args``: TRL's ``GRPOConfig`` or ``TargetPOConfig`` (and trainer class) with the settings both training
-  experiments fix
-  (one optimizer step per generation, β = 0, temperature 1, top-p 1, no top-k, a constant learning rate, no
-  checkpoints, one log line per step);
+* ``trl_args``: TRL's ``GRPOConfig`` or ``TargetPOConfig``, and the trainer class, with the settings both
+  training experiments fix (one optimizer step per generation, β = 0, temperature 1, top-p 1, no top-k, a
+  constant learning rate, no checkpoints, a log entry every step);
 * ``RegistryEntry`` (``rows`` and ``list_text`` of the registry's protocol,
   ``tpo_core.lab.reproduce.experiments.Experiment``) and ``TrlExperiment`` (also ``budget_note``,
   ``default_out``, ``train`` and ``notes``), which the experiments' frozen dataclasses inherit;
