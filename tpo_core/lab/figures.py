@@ -96,6 +96,25 @@ def mean_and_se(curves):
     return curves.mean(0), np.nan_to_num(seed_se(curves, axis=0), nan=0.0)
 
 
+def se_band(x, lo, hi, c: str, group: str, opacity: float = 0.15):
+    """The ±1 SE band around a seed-mean line: one filled trace out along ``hi`` and back along ``lo`` over
+    ``x``, in colour ``c``, with no hover and no legend entry of its own; ``group`` is the line's legend group,
+    so a click on the line's legend entry hides both."""
+    import plotly.graph_objects as go
+
+    return go.Scatter(
+        x=np.concatenate([x, x[::-1]]),
+        y=np.concatenate([hi, lo[::-1]]),
+        fill="toself",
+        fillcolor=c,
+        opacity=opacity,
+        line=dict(width=0),
+        hoverinfo="skip",
+        showlegend=False,
+        legendgroup=group,
+    )
+
+
 PALETTE = (
     "#1f77b4",
     "#ff7f0e",
@@ -149,19 +168,7 @@ def curves_figure(
             y_plot, lo, hi = np.maximum(y, floor), np.maximum(lo, floor), np.maximum(hi, floor)
         else:
             y_plot = y
-        fig.add_trace(
-            go.Scatter(
-                x=np.concatenate([xs, xs[::-1]]),
-                y=np.concatenate([hi, lo[::-1]]),
-                fill="toself",
-                fillcolor=c,
-                opacity=0.15,
-                line=dict(width=0),
-                hoverinfo="skip",
-                showlegend=False,
-                legendgroup=name,
-            )
-        )
+        fig.add_trace(se_band(xs, lo, hi, c, name))
         fig.add_trace(
             go.Scatter(
                 x=xs,
@@ -223,17 +230,7 @@ def reference_figure(ours: dict, reference: dict, *, title: str = ""):
             xs = np.arange(mean.shape[0])
             name = f"{m}, {who} ({len(curves)} seed{'s' * (len(curves) != 1)})"
             fig.add_trace(
-                go.Scatter(
-                    x=np.concatenate([xs, xs[::-1]]),
-                    y=100 * np.concatenate([mean + se, (mean - se)[::-1]]),
-                    fill="toself",
-                    fillcolor=c,
-                    opacity=0.12 if who == "ours" else 0.07,
-                    line=dict(width=0),
-                    hoverinfo="skip",
-                    showlegend=False,
-                    legendgroup=name,
-                ),
+                se_band(xs, 100 * (mean - se), 100 * (mean + se), c, name, 0.12 if who == "ours" else 0.07),
                 row=1,
                 col=1,
             )

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import atomic_io
-from ..reproduce import experiments
+from .common import SPECIAL_TOKENS, TrlExperiment, check_preset, cli, report_row, trl_args, word_tokenizer
 
 __all__ = [
     "Budget",
@@ -169,23 +169,19 @@ _TINY_WORDS = [str(i) for i in range(60)]  # + 4 specials = 64 tokens: numbers o
 # completion is a list of numbers the verifier can read
 
 
+def _tiny_prompt(question: str) -> str:
+    """The tiny model's prompt (it has no chat template): the puzzle's first 8 words of its word-level vocabulary
+    (the puzzle's numbers), or ``0`` when it has none."""
+    words = set(_TINY_WORDS)
+    return " ".join([w for w in question.replace(".", " ").split() if w in words][:8] or ["0"])
+
+
 def tiny_model_and_tokenizer(seed: int = 0):
     """A 2-layer Llama (d = 32, vocabulary 64) and a word-level tokenizer: the bridge tests' smoke model."""
     import torch
     import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
 
-    vocab = {"[PAD]": 0, "[BOS]": 1, "[EOS]": 2, "[UNK]": 3, **{w: i + 4 for i, w in enumerate(_TINY_WORDS)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="[PAD]",
-        bos_token="[BOS]",
-        eos_token="[EOS]",
-        unk_token="[UNK]",
-        padding_side="left",
-    )
+    tokenizer = word_tokenizer([*SPECIAL_TOKENS, *_TINY_WORDS])
     torch.manual_seed(seed)
     cfg = transformers.LlamaConfig(
         vocab_size=64,
@@ -200,20 +196,6 @@ def tiny_model_and_tokenizer(seed: int = 0):
         eos_token_id=2,
     )
     return transformers.LlamaForCausalLM(cfg), tokenizer
-
-
-def _grpo_trainer_class():
-    """TRL's ``GRPOTrainer`` unchanged but for one extra logged number, the mean |advantage| of each batch."""
-    from trl import GRPOTrainer
-
-    class GRPOTrainerLoggingAdvantages(GRPOTrainer):
-        def _generate_and_score_completions(self, inputs):
-            output = super()._generate_and_score_completions(inputs)
-            mode = "train" if self.model.training else "eval"
-            self._metrics[mode]["grpo/abs_advantage"].append(output["advantages"].abs().mean().item())
-            return output
-
-    return GRPOTrainerLoggingAdvantages
 
 
 class _Recorder:
@@ -270,12 +252,8 @@ def _partial_curves_callback():
 
 
 def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet):
-    import torch
     from datasets import Dataset
     from transformers import PrinterCallback
-    from trl import GRPOConfig
-
-    from tpo_core.bridge.trl import TargetPOConfig, TargetPOTrainer
 
     from .tasks import train_prompts
 
@@ -289,14 +267,9 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
     )
     if budget.model == "tiny":
         model, tokenizer = tiny_model_and_tokenizer(seed)
-        # the tiny model has no chat template: the prompt is the puzzle's numbers only (word-level vocabulary)
-        words = set(_TINY_WORDS)
         dataset = Dataset.from_dict(
             {
-                "prompt": [
-                    " ".join([w for w in e["question"].replace(".", " ").split() if w in words][:8] or ["0"])
-                    for e in reward.entries
-                ],
+                "prompt": [_tiny_prompt(e["question"]) for e in reward.entries],
                 "entry_index": list(range(len(reward.entries))),
             }
         )
@@ -308,38 +281,7 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
         model, tokenizer, model_line = loaded.model, loaded.tokenizer, loaded.message
     reward_fn = _Recorder(reward)
     scratch = tempfile.mkdtemp(prefix=f"tpo_llm_{method}_seed{seed}_")  # the Trainer's output_dir (saves nothing)
-    common = dict(
-        output_dir=scratch,
-        per_device_train_batch_size=budget.prompts_per_step * budget.k,
-        gradient_accumulation_steps=1,
-        steps_per_generation=1,
-        num_iterations=1,
-        num_generations=budget.k,
-        max_completion_length=budget.max_completion_length,
-        max_steps=steps,
-        learning_rate=budget.learning_rate,
-        lr_scheduler_type="constant",
-        beta=0.0,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        logging_steps=1,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=not torch.cuda.is_available(),
-        bf16=False,
-        seed=seed,
-        data_seed=seed,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
-    )
-    if method == "grpo":
-        args, trainer_cls = GRPOConfig(**common), _grpo_trainer_class()
-    else:
-        args = TargetPOConfig(
-            **common, eta=1.0, sequence_logp="mean" if method == "tpo_mean" else "sum", tpo_mode="exact"
-        )
-        trainer_cls = TargetPOTrainer
+    args, trainer_cls = trl_args(method, budget, scratch, steps=steps, learning_rate=budget.learning_rate, seed=seed)
     trainer = trainer_cls(
         model=model,
         reward_funcs=reward_fn,
@@ -509,19 +451,9 @@ def summary_rows(out, runs) -> list[dict]:
                     with np.load(out / f"{method}_seed{r['seed']}.npz") as f:
                         values.append(float(f["reward"][0]))
             se = seed_se(values)
+            seeds, length = sorted(r["seed"] for r in mine), min(r["steps"] for r in mine)
             rows.append(
-                {
-                    "key": method,
-                    "metric": metric,
-                    "ours": float(np.mean(values)),
-                    "se": None if not np.isfinite(se) else se,
-                    "seeds": sorted(r["seed"] for r in mine),
-                    "length": min(r["steps"] for r in mine),
-                    "comparable": False,
-                    "paper": None,
-                    "paper_text": "no paper number at this setting",
-                    "verdict": None,
-                }
+                report_row(method, metric, float(np.mean(values)), se if np.isfinite(se) else None, seeds, length)
             )
     return rows
 
@@ -605,18 +537,7 @@ def run_preset(
     """``python -m tpo_core reproduce llm_graph_coloring --budget cpu``: :func:`run_rlvr` on the preset's task
     at its default setting, TPO and GRPO (``methods`` to split them across processes), ``seeds`` seeds
     (default: the budget's). ``partial``: summarise the finished runs, train nothing."""
-    if name not in PRESETS:
-        raise ValueError(f"name must be one of {', '.join(PRESETS)}, got {name!r}")
-    if budget not in BUDGETS:
-        raise ValueError(f"budget must be one of {', '.join(BUDGETS)} for {name}, got {budget!r}")
-    if seeds is not None and not (isinstance(seeds, int) and seeds >= 1):
-        raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
-    out = pathlib.Path(out) if out else EXPERIMENTS[name].default_out(budget)
-    command = command or (
-        f"python -m tpo_core reproduce {name} --budget {budget}"
-        + (f" --seeds {seeds}" if seeds else "")
-        + f" --out {out}"
-    )
+    out, command = check_preset(name, budget, out, seeds, command, presets=PRESETS, budgets=BUDGETS)
     return run_rlvr(
         PRESETS[name],
         budget,
@@ -631,7 +552,7 @@ def run_preset(
 
 
 @dataclass(frozen=True)
-class RlvrExperiment:
+class RlvrExperiment(TrlExperiment, budget_table=BUDGETS, methods=METHODS, run_preset=run_preset):
     """One Reasoning Gym task as an experiment of the registry (:class:`tpo_core.lab.reproduce.experiments.Experiment`):
     TPO and GRPO at the task's default setting, budgets :data:`BUDGETS`; ``only`` names methods (:data:`METHODS`),
     so two processes can share one ``out``."""
@@ -648,57 +569,15 @@ class RlvrExperiment:
     def claim(self) -> str:
         return paper_claim(self.task)
 
-    def budget_note(self, budget: str) -> str:
-        return BUDGETS[budget].note
-
     def plan(self, budget: str) -> list:
         return [{"method": m, "seed": s} for m in PRESET_METHODS for s in BUDGETS[budget].seeds]
-
-    def default_out(self, budget: str) -> pathlib.Path:
-        return pathlib.Path(f"results/{self.name}_{budget}")
-
-    def train(
-        self,
-        budget: str,
-        out=None,
-        *,
-        seeds: int | None = None,
-        only=None,
-        partial: bool = False,
-        progress: bool = True,
-        command: str | None = None,
-        **options,
-    ) -> dict:
-        experiments.refuse_options(self, options, "a PyTorch + TRL run, not the JAX engine")
-        if only is not None:
-            bad = [m for m in only if m not in METHODS]
-            if bad or not only:
-                raise ValueError(
-                    f"only must name methods of {self.name} ({', '.join(METHODS)}), got {', '.join(bad) or 'nothing'}"
-                )
-        return run_preset(
-            self.name, budget, out, seeds=seeds, methods=only, partial=partial, quiet=not progress, command=command
-        )
 
     def metric_label(self, metric: str) -> str:
         return SUMMARY_METRICS.get(metric, metric)
 
-    def rows(self, summary: dict) -> list[dict]:
-        return experiments.labelled_rows(summary, self.metric_label)
-
-    def notes(self, summary: dict) -> str:
-        return f"PyTorch + TRL ({__name__}), not the JAX engine"
-
-    def list_text(self) -> str:
-        return "\n".join(
-            [f"{self.name:12s} {self.title}"]
-            + experiments.budget_lines(
-                {
-                    b: f"{x.steps} steps x {x.prompts_per_step} prompt(s) x K = {x.k}, {len(x.seeds)} seed(s); {x.note}"
-                    for b, x in BUDGETS.items()
-                }
-            )
-        )
+    def budget_line(self, budget: str) -> str:
+        x = BUDGETS[budget]
+        return f"{x.steps} steps x {x.prompts_per_step} prompt(s) x K = {x.k}, {len(x.seeds)} seed(s); {x.note}"
 
 
 EXPERIMENTS = {name: RlvrExperiment(name, task) for name, task in PRESETS.items()}  # this family's registry part
@@ -741,7 +620,7 @@ def figure(out):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from ..figures import color
+    from ..figures import color, se_band
     from ..reproduce.stats import seed_se
 
     out = pathlib.Path(out)
@@ -775,21 +654,7 @@ def figure(out):
                     row,
                     col,
                 )
-            fig.add_trace(
-                go.Scatter(
-                    x=np.concatenate([x, x[::-1]]),
-                    y=np.concatenate([mean + se, (mean - se)[::-1]]),
-                    fill="toself",
-                    fillcolor=c,
-                    opacity=0.15,
-                    line=dict(width=0),
-                    hoverinfo="skip",
-                    showlegend=False,
-                    legendgroup=method,
-                ),
-                row,
-                col,
-            )
+            fig.add_trace(se_band(x, mean - se, mean + se, c, method), row, col)
             fig.add_trace(
                 go.Scatter(
                     x=x,
@@ -843,7 +708,8 @@ def measure_starting_success(
     return rows
 
 
-def main(argv=None) -> int:
+@cli
+def main(argv=None) -> None:
     from .tasks import TASKS
 
     parser = argparse.ArgumentParser(prog="python -m tpo_core.lab.llm.rlvr", description=__doc__.split("\n")[0])
@@ -863,50 +729,45 @@ def main(argv=None) -> int:
         "--task (or --setting) with the starting model, write starting_success.json",
     )
     args = parser.parse_args(argv)
+    if args.task not in TASKS:
+        raise ValueError(f"--task {args.task!r} is not one of {sorted(TASKS)}")
+    if args.budget not in BUDGETS:
+        raise ValueError(f"--budget {args.budget!r} is not one of {sorted(BUDGETS)}")
     try:
-        if args.task not in TASKS:
-            raise ValueError(f"--task {args.task!r} is not one of {sorted(TASKS)}")
-        if args.budget not in BUDGETS:
-            raise ValueError(f"--budget {args.budget!r} is not one of {sorted(BUDGETS)}")
+        seeds = None if args.seeds is None else [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        raise ValueError(f"--seeds {args.seeds!r} is not a comma-separated list of integers") from None
+    try:
+        steps = None if args.steps is None else int(args.steps)
+    except ValueError:
+        raise ValueError(f"--steps {args.steps!r} is not an integer") from None
+    if args.measure_start is not None:
         try:
-            seeds = None if args.seeds is None else [int(s) for s in args.seeds.split(",")]
+            n_prompts, k = (int(x) for x in args.measure_start.split(","))
         except ValueError:
-            raise ValueError(f"--seeds {args.seeds!r} is not a comma-separated list of integers") from None
-        try:
-            steps = None if args.steps is None else int(args.steps)
-        except ValueError:
-            raise ValueError(f"--steps {args.steps!r} is not an integer") from None
-        if args.measure_start is not None:
-            try:
-                n_prompts, k = (int(x) for x in args.measure_start.split(","))
-            except ValueError:
-                raise ValueError(f"--measure-start {args.measure_start!r} is not N_PROMPTS,K") from None
-            if n_prompts < 1 or k < 1:
-                raise ValueError(f"--measure-start {args.measure_start!r}: both must be ≥ 1")
-            measure_starting_success(
-                args.task,
-                args.out,
-                settings=None if args.setting is None else [args.setting],
-                n_prompts=n_prompts,
-                k=k,
-                model_path=args.model_path,
-            )
-            return 0
-        methods = tuple(m for m in args.methods.split(",") if m)
-        run_rlvr(
+            raise ValueError(f"--measure-start {args.measure_start!r} is not N_PROMPTS,K") from None
+        if n_prompts < 1 or k < 1:
+            raise ValueError(f"--measure-start {args.measure_start!r}: both must be ≥ 1")
+        measure_starting_success(
             args.task,
-            args.budget,
             args.out,
-            methods=methods,
-            seeds=seeds,
-            setting=args.setting,
-            steps=steps,
+            settings=None if args.setting is None else [args.setting],
+            n_prompts=n_prompts,
+            k=k,
             model_path=args.model_path,
         )
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+        return
+    methods = tuple(m for m in args.methods.split(",") if m)
+    run_rlvr(
+        args.task,
+        args.budget,
+        args.out,
+        methods=methods,
+        seeds=seeds,
+        setting=args.setting,
+        steps=steps,
+        model_path=args.model_path,
+    )
 
 
 if __name__ == "__main__":

@@ -61,7 +61,6 @@ has finished.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import io
@@ -78,7 +77,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import atomic_io
-from ..reproduce import experiments
+from .common import (
+    SPECIAL_TOKENS,
+    OneLineParser,
+    TrlExperiment,
+    check_preset,
+    cli,
+    report_row,
+    trl_args,
+    word_tokenizer,
+)
 
 __all__ = [
     "Budget",
@@ -131,7 +139,7 @@ CLAIM = "GRPO collapses on graph colouring while TPO reaches about 0.96 (Kaddour
 
 EDGE_WORDS = [f"e{i}{j}" for i in range(N_VERTICES) for j in range(i + 1, N_VERTICES)]
 ANSWER_WORDS = [f"{v}:{c}" for v in range(N_VERTICES) for c in range(1, N_COLORS + 1)]
-SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
+SPECIALS = list(SPECIAL_TOKENS)
 VOCAB = SPECIALS + ["graph", "ans"] + EDGE_WORDS + list(FILLER) + ANSWER_WORDS
 
 
@@ -213,20 +221,13 @@ BUDGETS = {
         "plus 10 warm starts. An earlier design (random-colouring warm start only, 600 steps) learned "
         "nothing in any arm: results/llm_sparse_coloring_cpu_v1",
     ),
-    "gpu": Budget(
-        steps=300,
-        grid_steps=300,
-        lrs=(1e-4, 3e-4, 1e-3),
-        grid_seeds=(100, 101),
-        main_seeds=tuple(range(16)),
-        pretrain_steps=3000,
-        pretrain_lr=3e-3,
-        sft_steps=600,
-        sft_lr=1e-3,
-        sft_greedy=0.1,
-        note="the cpu budget's model, warm start and steps, 16 main seeds, on one GPU; not measured",
-    ),
 }
+BUDGETS["gpu"] = dataclasses.replace(
+    BUDGETS["cpu"],
+    lrs=(1e-4, 3e-4, 1e-3),
+    main_seeds=tuple(range(16)),
+    note="the cpu budget's model, warm start and steps, 16 main seeds, on one GPU; not measured",
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -235,20 +236,7 @@ BUDGETS = {
 
 def tokenizer():
     """The word-level tokenizer of :data:`VOCAB` (left padding, as TRL generates)."""
-    import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with one space
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="[PAD]",
-        bos_token="[BOS]",
-        eos_token="[EOS]",
-        unk_token="[UNK]",
-        padding_side="left",
-    )
+    return word_tokenizer(VOCAB, join_words=True)
 
 
 def make_model(seed: int, budget: Budget):
@@ -729,9 +717,6 @@ CURVE_KEYS = {
 }
 
 
-from .rlvr import _grpo_trainer_class  # noqa: E402  (GRPOTrainer logging mean |A|; numpy-only import)
-
-
 def _curves(log_history) -> dict:
     """Per optimizer step, by name: :data:`CURVE_KEYS` and every ``tpo/<name>`` the trainer logged (as
     ``tpo_<name>``); a name a trainer does not log is NaN."""
@@ -796,12 +781,8 @@ def _eval_arrays(rows) -> dict:
 
 
 def _run_one(arm: str, lr: float, seed: int, steps: int, budget: Budget, out: pathlib.Path, cache, quiet: bool):
-    import torch
     from datasets import Dataset
     from transformers import PrinterCallback
-    from trl import GRPOConfig
-
-    from tpo_core.bridge.trl import TargetPOConfig, TargetPOTrainer
 
     start = time.perf_counter()
     model, warm = warm_start(seed, budget, cache=cache, quiet=quiet)
@@ -811,36 +792,9 @@ def _run_one(arm: str, lr: float, seed: int, steps: int, budget: Budget, out: pa
     dataset = Dataset.from_dict({"prompt": [prompt_text(e) for e in entries], "entry_index": list(range(len(entries)))})
     reward = ColoringReward(ds, entries)
     scratch = tempfile.mkdtemp(prefix=f"tpo_sparse_{arm}_seed{seed}_")  # the Trainer's output_dir (saves nothing)
-    common = dict(
-        output_dir=scratch,
-        per_device_train_batch_size=budget.prompts_per_step * budget.k,
-        gradient_accumulation_steps=1,
-        steps_per_generation=1,
-        num_iterations=budget.num_iterations,
-        num_generations=budget.k,
-        max_completion_length=budget.max_completion_length,
-        max_steps=steps,
-        learning_rate=lr,
-        lr_scheduler_type="constant",
-        beta=0.0,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        logging_steps=1,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=not torch.cuda.is_available(),
-        bf16=False,
-        seed=seed,
-        data_seed=seed,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
+    args, trainer_cls = trl_args(
+        arm, budget, scratch, steps=steps, learning_rate=lr, seed=seed, num_iterations=budget.num_iterations
     )
-    if arm == "grpo":
-        args, trainer_cls = GRPOConfig(**common), _grpo_trainer_class()
-    else:
-        args = TargetPOConfig(**common, eta=1.0, sequence_logp="mean" if arm == "tpo_mean" else "sum", tpo_mode="exact")
-        trainer_cls = TargetPOTrainer
     label = f"{arm} lr {lr:g} seed {seed}"
     run_state = {
         "tok": tok,
@@ -1145,20 +1099,8 @@ def summarize(out, budget: str, b: Budget | None = None, *, command: str | None 
         for key, mine in rows_from.items():
             vals = [r[metric] for r in mine]
             se = seed_se(vals)
-            rows.append(
-                {
-                    "key": key,
-                    "metric": metric,
-                    "ours": float(np.mean(vals)),
-                    "se": se if math.isfinite(se) else None,
-                    "seeds": sorted(r["seed"] for r in mine),
-                    "length": min(r["steps"] for r in mine),
-                    "comparable": False,
-                    "paper": None,
-                    "paper_text": "no paper number at this setting",
-                    "verdict": None,
-                }
-            )
+            seeds, length = sorted(r["seed"] for r in mine), min(r["steps"] for r in mine)
+            rows.append(report_row(key, metric, float(np.mean(vals)), se if math.isfinite(se) else None, seeds, length))
     base_ds, base_entries = heldout_puzzles(b.n_baseline, make_puzzles(b.n_train, TRAIN_DATA_SEED)[1])
     warm = {}
     for r in runs:
@@ -1267,7 +1209,7 @@ def figure(out, b: Budget):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from ..figures import color
+    from ..figures import color, se_band
     from ..reproduce.stats import seed_se
 
     out = pathlib.Path(out)
@@ -1293,21 +1235,7 @@ def figure(out, b: Budget):
             mean = np.nanmean(y, 0)
             se = np.nan_to_num(seed_se(y, axis=0)) if len(y) > 1 else np.zeros_like(mean)
             row, col = n // 5 + 1, n % 5 + 1
-            fig.add_trace(
-                go.Scatter(
-                    x=np.concatenate([x, x[::-1]]),
-                    y=np.concatenate([mean + se, (mean - se)[::-1]]),
-                    fill="toself",
-                    fillcolor=c,
-                    opacity=0.12,
-                    line=dict(width=0),
-                    hoverinfo="skip",
-                    showlegend=False,
-                    legendgroup=name,
-                ),
-                row,
-                col,
-            )
+            fig.add_trace(se_band(x, mean - se, mean + se, c, name, 0.12), row, col)
             fig.add_trace(
                 go.Scatter(x=x, y=mean, name=name, legendgroup=name, showlegend=n == 0, line=dict(color=c, dash=dash)),
                 row,
@@ -1347,19 +1275,8 @@ def run_preset(
 ) -> dict:
     """``python -m tpo_core reproduce llm_sparse_coloring --budget B``: both stages (grid, then main), every arm
     (or ``methods``), ``seeds`` main seeds (0..seeds-1; default the budget's). ``partial``: summarise only."""
-    if name not in PRESETS:
-        raise ValueError(f"name must be one of {', '.join(PRESETS)}, got {name!r}")
-    if budget not in BUDGETS:
-        raise ValueError(f"budget must be one of {', '.join(BUDGETS)} for {name}, got {budget!r}")
-    if seeds is not None and not (isinstance(seeds, int) and seeds >= 1):
-        raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
+    out, command = check_preset(name, budget, out, seeds, command, presets=PRESETS, budgets=BUDGETS)
     arms = methods
-    out = pathlib.Path(out) if out else EXPERIMENTS[name].default_out(budget)
-    command = command or (
-        f"python -m tpo_core reproduce {name} --budget {budget}"
-        + (f" --seeds {seeds}" if seeds else "")
-        + f" --out {out}"
-    )
     if partial and not out.is_dir():
         raise ValueError(f"out={str(out)!r} holds no finished run (nothing to summarise)")
     stage_seeds = None if seeds is None else tuple(range(seeds))
@@ -1370,7 +1287,7 @@ def run_preset(
 
 
 @dataclass(frozen=True)
-class SparseExperiment:
+class SparseExperiment(TrlExperiment, budget_table=BUDGETS, methods=ARMS, run_preset=run_preset):
     """The sparse-reward miniature as an experiment of the registry
     (:class:`tpo_core.lab.reproduce.experiments.Experiment`): both stages, every arm; ``only`` names arms (:data:`ARMS`),
     so several processes can share one ``out``. Stages, ``--num-iterations`` and the cache folder are this module's
@@ -1384,9 +1301,6 @@ class SparseExperiment:
     @property
     def title(self) -> str:
         return f"sparse-reward LM miniature: a small Llama through TRL, TPO-mean / TPO-sum / GRPO on {self.what}"
-
-    def budget_note(self, budget: str) -> str:
-        return BUDGETS[budget].note
 
     def plan(self, budget: str) -> list:
         """The grid (every arm x lr x grid seed), then the main stage (every arm x main seed at the lr the grid
@@ -1402,51 +1316,14 @@ class SparseExperiment:
             {"stage": "main", "arm": a, "lr": None, "seed": s, "steps": b.steps} for a in ARMS for s in b.main_seeds
         ]
 
-    def default_out(self, budget: str) -> pathlib.Path:
-        return pathlib.Path(f"results/{self.name}_{budget}")
-
-    def train(
-        self,
-        budget: str,
-        out=None,
-        *,
-        seeds: int | None = None,
-        only=None,
-        partial: bool = False,
-        progress: bool = True,
-        command: str | None = None,
-        **options,
-    ) -> dict:
-        experiments.refuse_options(self, options, "a PyTorch + TRL run, not the JAX engine")
-        if only is not None:
-            bad = [m for m in only if m not in ARMS]
-            if bad or not only:
-                raise ValueError(
-                    f"only must name methods of {self.name} ({', '.join(ARMS)}), got {', '.join(bad) or 'nothing'}"
-                )
-        return run_preset(
-            self.name, budget, out, seeds=seeds, methods=only, partial=partial, quiet=not progress, command=command
-        )
-
     def metric_label(self, metric: str) -> str:
         return metric  # the report names this experiment's metrics by their keys (SUMMARY_METRICS explains them)
 
-    def rows(self, summary: dict) -> list[dict]:
-        return experiments.labelled_rows(summary, self.metric_label)
-
-    def notes(self, summary: dict) -> str:
-        return f"PyTorch + TRL ({__name__}), not the JAX engine"
-
-    def list_text(self) -> str:
-        return "\n".join(
-            [f"{self.name:12s} {self.title}"]
-            + experiments.budget_lines(
-                {
-                    key: f"lr grid {', '.join(f'{x:g}' for x in b.lrs)} x {len(b.grid_seeds)} seeds x {b.grid_steps} steps, "
-                    f"then {len(b.main_seeds)} seeds x {b.steps} steps; {b.note}"
-                    for key, b in BUDGETS.items()
-                }
-            )
+    def budget_line(self, budget: str) -> str:
+        b = BUDGETS[budget]
+        return (
+            f"lr grid {', '.join(f'{x:g}' for x in b.lrs)} x {len(b.grid_seeds)} seeds x {b.grid_steps} steps, "
+            f"then {len(b.main_seeds)} seeds x {b.steps} steps; {b.note}"
         )
 
 
@@ -1463,13 +1340,9 @@ def _parse_ints(text: str, name: str) -> tuple:
     return values
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage dump
-        raise ValueError(message)
-
-
-def main(argv=None) -> int:
-    parser = _Parser(prog="python -m tpo_core.lab.llm.sparse", description=__doc__.split("\n")[0])
+@cli
+def main(argv=None) -> None:
+    parser = OneLineParser(prog="python -m tpo_core.lab.llm.sparse", description=__doc__.split("\n")[0])
     parser.add_argument("--budget", default="smoke", help=f"one of {', '.join(BUDGETS)}")
     parser.add_argument("--out", required=True)
     parser.add_argument("--stage", default="grid", help="grid | main | all")
@@ -1479,43 +1352,38 @@ def main(argv=None) -> int:
     parser.add_argument("--cache-dir", default=None, help="warm-start weights (default $TPO_CACHE_DIR/llm_sparse)")
     parser.add_argument("--summarize", action="store_true", help="train nothing: rewrite summary.json and figure.html")
     parser.add_argument("--quiet", action="store_true")
-    try:
-        args = parser.parse_args(argv)
-        if args.budget not in BUDGETS:
-            raise ValueError(f"--budget {args.budget!r} is not one of {', '.join(BUDGETS)}")
-        if args.stage not in STAGES:
-            raise ValueError(f"--stage {args.stage!r} is not one of {', '.join(STAGES)}")
-        arms = tuple(a.strip() for a in args.arms.split(",") if a.strip())
-        if not arms or any(a not in ARMS for a in arms):
-            raise ValueError(f"--arms {args.arms!r}: each must be one of {', '.join(ARMS)}")
-        seeds = None if args.seeds is None else _parse_ints(args.seeds, "--seeds")
-        iters = None
-        if args.num_iterations is not None:
-            try:
-                iters = int(args.num_iterations)
-            except ValueError:
-                raise ValueError(f"--num-iterations {args.num_iterations!r} is not an integer") from None
-            if iters < 1:
-                raise ValueError(f"--num-iterations must be >= 1, got {iters}")
-        if args.summarize and not pathlib.Path(args.out).is_dir():
-            raise ValueError(f"--out {args.out!r} does not exist (nothing to summarise)")
-        command = "python -m tpo_core.lab.llm.sparse " + " ".join(argv if argv is not None else sys.argv[1:])
-        run(
-            args.budget,
-            args.out,
-            stage=args.stage,
-            arms=arms,
-            seeds=seeds,
-            num_iterations=iters,
-            cache=args.cache_dir,
-            quiet=args.quiet,
-            train=not args.summarize,
-            command=command,
-        )
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    args = parser.parse_args(argv)
+    if args.budget not in BUDGETS:
+        raise ValueError(f"--budget {args.budget!r} is not one of {', '.join(BUDGETS)}")
+    if args.stage not in STAGES:
+        raise ValueError(f"--stage {args.stage!r} is not one of {', '.join(STAGES)}")
+    arms = tuple(a.strip() for a in args.arms.split(",") if a.strip())
+    if not arms or any(a not in ARMS for a in arms):
+        raise ValueError(f"--arms {args.arms!r}: each must be one of {', '.join(ARMS)}")
+    seeds = None if args.seeds is None else _parse_ints(args.seeds, "--seeds")
+    iters = None
+    if args.num_iterations is not None:
+        try:
+            iters = int(args.num_iterations)
+        except ValueError:
+            raise ValueError(f"--num-iterations {args.num_iterations!r} is not an integer") from None
+        if iters < 1:
+            raise ValueError(f"--num-iterations must be >= 1, got {iters}")
+    if args.summarize and not pathlib.Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out!r} does not exist (nothing to summarise)")
+    command = "python -m tpo_core.lab.llm.sparse " + " ".join(argv if argv is not None else sys.argv[1:])
+    run(
+        args.budget,
+        args.out,
+        stage=args.stage,
+        arms=arms,
+        seeds=seeds,
+        num_iterations=iters,
+        cache=args.cache_dir,
+        quiet=args.quiet,
+        train=not args.summarize,
+        command=command,
+    )
 
 
 if __name__ == "__main__":

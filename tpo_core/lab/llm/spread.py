@@ -30,7 +30,6 @@ skipped; the setting in progress keeps its finished groups in ``spread.partial.j
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import json
@@ -42,6 +41,7 @@ import numpy as np
 
 from .. import atomic_io
 from ..reproduce import experiments
+from .common import OneLineParser, RegistryEntry, cli, report_row
 
 __all__ = [
     "SCORES",
@@ -228,13 +228,6 @@ def shortcuts(reward, indices) -> dict | None:
 # ----------------------------------------------------------------------------------------------------------------
 # sampling and measuring one setting
 # ----------------------------------------------------------------------------------------------------------------
-def _tiny_prompt(question: str) -> str:
-    from .rlvr import _TINY_WORDS
-
-    words = set(_TINY_WORDS)  # as rlvr's smoke budget: the puzzle's numbers only (word-level vocabulary)
-    return " ".join([w for w in question.replace(".", " ").split() if w in words][:8] or ["0"])
-
-
 def _eos_ids(model, tokenizer) -> list[int]:
     """TRL's: every eos id the model's generation config declares, and the tokenizer's."""
     ids = model.generation_config.eos_token_id
@@ -261,6 +254,7 @@ def _generation_config(tokenizer, eos_ids, config):
 
 
 def _prompt_ids(tokenizer, question: str, chat: bool) -> list[int]:
+    from .rlvr import _tiny_prompt  # the smoke model's prompt, as rlvr's smoke budget
     from .tasks import chat_prompt
 
     if chat:  # TRL's _tokenize_prompts: apply_chat_template(add_generation_prompt=True, tokenize=True)
@@ -559,20 +553,8 @@ def _report_rows(settings: dict) -> list[dict]:
                 }[metric]
                 if value is None:
                     continue
-                rows.append(
-                    {
-                        "key": f"{s['config']['setting']} {score}",
-                        "metric": label,
-                        "ours": value["q50"],
-                        "se": None,
-                        "seeds": [s["config"]["sample_seed"]],
-                        "length": s["n_groups"],
-                        "comparable": False,
-                        "paper": None,
-                        "paper_text": "no paper number at this setting",
-                        "verdict": None,
-                    }
-                )
+                key = f"{s['config']['setting']} {score}"
+                rows.append(report_row(key, label, value["q50"], None, [s["config"]["sample_seed"]], s["n_groups"]))
     return rows
 
 
@@ -689,6 +671,26 @@ def figure_html(out) -> str:
     return pio.to_html(figure(out), include_plotlyjs=True, full_html=True)
 
 
+def _box_with_points(x, y, name: str, color: str, group: str, **kwargs):
+    """A box per ``x`` category of ``y`` with every point drawn over it (jittered), in ``color``; ``name`` is its
+    legend entry and its offset group (boxes of one name sit side by side per category), ``group`` its legend
+    group; ``kwargs`` go to ``go.Box`` (e.g. ``showlegend=False``)."""
+    import plotly.graph_objects as go
+
+    return go.Box(
+        x=x,
+        y=y,
+        name=name,
+        legendgroup=group,
+        marker_color=color,
+        boxpoints="all",
+        jitter=0.4,
+        pointpos=0,
+        offsetgroup=name,
+        **kwargs,
+    )
+
+
 def figure(out):
     """The spread of the starting model (a plotly figure; ``out`` holds ``spread.json``): TV(q, p_old) per group
     by score and η; H(p_old) per group; the within-group std of l_sum, l_mean and length; |p_i − q_i| (η = 1)
@@ -731,37 +733,9 @@ def figure(out):
             y = [
                 max(g["scores"][score]["eta"][_eta_key(e)]["tv"], floor) for e in rec["config"]["etas"] for g in signal
             ]
-            fig.add_trace(
-                go.Box(
-                    x=x,
-                    y=y,
-                    name=label,
-                    legendgroup=label,
-                    marker_color=c,
-                    boxpoints="all",
-                    jitter=0.4,
-                    pointpos=0,
-                    offsetgroup=label,
-                ),
-                1,
-                1,
-            )
-            fig.add_trace(
-                go.Box(
-                    x=[name] * len(groups),
-                    y=[g["scores"][score]["entropy_p_old"] for g in groups],
-                    name=label,
-                    legendgroup=label,
-                    marker_color=c,
-                    boxpoints="all",
-                    jitter=0.4,
-                    pointpos=0,
-                    offsetgroup=label,
-                    showlegend=False,
-                ),
-                1,
-                2,
-            )
+            fig.add_trace(_box_with_points(x, y, label, c, label), 1, 1)
+            entropies = [g["scores"][score]["entropy_p_old"] for g in groups]
+            fig.add_trace(_box_with_points([name] * len(groups), entropies, label, c, label, showlegend=False), 1, 2)
             keep = [r for r in rows if not groups[r["group"]]["zero_variance"]]
             fig.add_trace(
                 go.Scatter(
@@ -792,21 +766,9 @@ def figure(out):
                 2,
             )
         stds = [("ℓ_sum", "l_sum"), ("ℓ_mean", "l_mean"), ("length", "length")]
+        which, stds_y = [lab for lab, f in stds for _ in groups], [g[f]["std"] for _, f in stds for g in groups]
         fig.add_trace(
-            go.Box(
-                x=[lab for lab, f in stds for _ in groups],
-                y=[g[f]["std"] for _, f in stds for g in groups],
-                name=name,
-                marker_color=colour[(key, "sum")],
-                boxpoints="all",
-                jitter=0.4,
-                pointpos=0,
-                offsetgroup=name,
-                legendgroup=f"{name} sum",
-                showlegend=False,
-            ),
-            1,
-            3,
+            _box_with_points(which, stds_y, name, colour[(key, "sum")], f"{name} sum", showlegend=False), 1, 3
         )
         fig.add_trace(
             go.Scatter(
@@ -859,7 +821,7 @@ def figure(out):
 # the registry's view (python -m tpo_core reproduce llm_spread)
 # ----------------------------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class SpreadExperiment:
+class SpreadExperiment(RegistryEntry):
     """The measurement as an experiment of the registry (:class:`tpo_core.lab.reproduce.experiments.Experiment`): one
     budget, ``cpu``, the default settings, groups and K of :func:`run_spread`; nothing is trained, so ``seeds``,
     ``only`` and ``partial`` do not apply (other settings, groups, K or the tiny model: this module's own command
@@ -908,16 +870,8 @@ class SpreadExperiment:
     def metric_label(self, metric: str) -> str:
         return metric  # the summary's metrics are their labels already (REPORT_ROWS)
 
-    def rows(self, summary: dict) -> list[dict]:
-        return experiments.labelled_rows(summary, self.metric_label)
-
     def notes(self, summary: dict) -> str:
         return f"PyTorch ({__name__}): the starting model sampled and scored, no training"
-
-    def list_text(self) -> str:
-        return "\n".join(
-            [f"{self.name:12s} {self.title}"] + experiments.budget_lines({b: self.budget_note(b) for b in self.budgets})
-        )
 
 
 EXPERIMENTS = {e.name: e for e in (SpreadExperiment(),)}  # this family's part of the registry
@@ -936,13 +890,9 @@ def _positive_int(name: str, text: str, low: int) -> int:
     return v
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's usage errors: the one ``error: ...`` line of main, exit 2
-        raise ValueError(message)
-
-
-def main(argv=None) -> int:
-    parser = _Parser(prog="python -m tpo_core.lab.llm.spread", description=__doc__.split("\n")[0])
+@cli
+def main(argv=None) -> None:
+    parser = OneLineParser(prog="python -m tpo_core.lab.llm.spread", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--task", default="graph_coloring")
     parser.add_argument("--settings", default=",".join(DEFAULT_SETTINGS), help="comma-separated setting names")
@@ -954,46 +904,41 @@ def main(argv=None) -> int:
     parser.add_argument("--model-path", default=None, help="a GGUF file or a Hugging Face folder")
     parser.add_argument("--answer-format", default=None, help="tags, lenient (default for smollm2) or raw")
     parser.add_argument("--threads", default=None, help="torch.set_num_threads")
-    try:
-        args = parser.parse_args(argv)
-        from .tasks import TASKS, _check
+    args = parser.parse_args(argv)
+    from .tasks import TASKS, _check
 
-        if args.task not in TASKS:
-            raise ValueError(f"--task {args.task!r} is not one of {sorted(TASKS)}")
-        settings = [s for s in args.settings.split(",") if s]
-        if not settings:
-            raise ValueError("--settings is empty")
-        for s in settings:
-            try:
-                _check(args.task, s)
-            except ValueError:
-                raise ValueError(f"--settings: {s!r} is not one of {sorted(TASKS[args.task].settings)}") from None
-        groups = _positive_int("groups", args.groups, 1)
-        k = _positive_int("k", args.k, 2)
-        max_new = _positive_int("max-new-tokens", args.max_new_tokens, 1)
-        seed = _positive_int("seed", args.seed, 0)
-        if args.model not in MODELS:
-            raise ValueError(f"--model {args.model!r} is not one of {list(MODELS)}")
-        if args.threads is not None:
-            import torch
+    if args.task not in TASKS:
+        raise ValueError(f"--task {args.task!r} is not one of {sorted(TASKS)}")
+    settings = [s for s in args.settings.split(",") if s]
+    if not settings:
+        raise ValueError("--settings is empty")
+    for s in settings:
+        try:
+            _check(args.task, s)
+        except ValueError:
+            raise ValueError(f"--settings: {s!r} is not one of {sorted(TASKS[args.task].settings)}") from None
+    groups = _positive_int("groups", args.groups, 1)
+    k = _positive_int("k", args.k, 2)
+    max_new = _positive_int("max-new-tokens", args.max_new_tokens, 1)
+    seed = _positive_int("seed", args.seed, 0)
+    if args.model not in MODELS:
+        raise ValueError(f"--model {args.model!r} is not one of {list(MODELS)}")
+    if args.threads is not None:
+        import torch
 
-            torch.set_num_threads(_positive_int("threads", args.threads, 1))
-        run_spread(
-            args.out,
-            task=args.task,
-            settings=settings,
-            groups=groups,
-            k=k,
-            max_new_tokens=max_new,
-            model=args.model,
-            model_path=args.model_path,
-            answer_format=args.answer_format,
-            seed=seed,
-        )
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+        torch.set_num_threads(_positive_int("threads", args.threads, 1))
+    run_spread(
+        args.out,
+        task=args.task,
+        settings=settings,
+        groups=groups,
+        k=k,
+        max_new_tokens=max_new,
+        model=args.model,
+        model_path=args.model_path,
+        answer_format=args.answer_format,
+        seed=seed,
+    )
 
 
 if __name__ == "__main__":
