@@ -241,3 +241,21 @@ def test_the_seed_by_seed_figure_draws_every_seed_and_survives_a_missing_side():
     assert [len(d.y) for d in dots] == [3, 4, 2]
     assert len([t for t in fig.data if t.mode == "lines" and not t.name and t.opacity == 0.35]) == 3 + 4 + 2
     assert len(figure.seedwise_figure({}, ref).data) > 0 and len(figure.seedwise_figure(ours, {}).data) > 0
+
+
+def test_table3_h7_runs_get_the_tpo_vs_grpo_comparison_and_the_report_titles_it():
+    """The H = 7 column at the paper's setting: TPO against GRPO within ours, seed by seed (no reference curves)."""
+    from tpo_core.lab import report
+    from tpo_core.lab.reproduce import presets
+
+    preset = presets.PRESETS["table3"]
+    runs, _ = preset.runs("paper-h7")
+    rng = np.random.default_rng(3)
+    curves = {r.key: {"error": _seeds(rng, 16, 1 if r.method == "tpo" else 9)} for r in runs}
+    extra = json.loads(json.dumps(preset.extras(preset, runs, curves, [])))
+    assert set(extra) == {"seedwise_h7"}  # no H = 10 run: no reference comparison
+    assert list(extra["seedwise_h7"]["comparisons"]) == ["ours: tpo vs grpo"]
+    want = sw.compare(curves["tpo H=7 P"]["error"], curves["grpo H=7 P"]["error"], ("tpo", "grpo"), sw.N_PERM)
+    got = extra["seedwise_h7"]["comparisons"]["ours: tpo vs grpo"]
+    assert got["statistics"]["late"]["rank_p"] == pytest.approx(want["statistics"]["late"]["rank_p"])
+    assert "Seed by seed at H = 7" in "\n".join(report.seedwise_table(extra["seedwise_h7"], "H = 7"))

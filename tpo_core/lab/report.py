@@ -199,13 +199,14 @@ def _seedwise_side(d: dict, side: str, key: str) -> str:
     return f"mean {mean:.1f}, median {median:.1f}"
 
 
-def seedwise_table(sw: dict) -> list[str]:
-    """Markdown lines: the seed-by-seed comparisons of Table 3's H = 10 runs (:mod:`tpo_core.lab.reproduce.seedwise`),
-    one row per statistic, the verdict of its rule in each comparison's first row, then what became of the seeds."""
+def seedwise_table(sw: dict, column: str = "") -> list[str]:
+    """Markdown lines: the seed-by-seed comparisons of Table 3's runs (:mod:`tpo_core.lab.reproduce.seedwise`; H = 10
+    unless ``column`` names another, e.g. "H = 7"), one row per statistic, the verdict of its rule in each
+    comparison's first row, then what became of the seeds."""
     from .reproduce.seedwise import STATISTICS
 
     lines = [
-        "Seed by seed (`tpo_core.lab.reproduce.seedwise`): per seed, the late-phase mean error (second half of the run), "
+        f"Seed by seed{f' at {column}' if column else ''} (`tpo_core.lab.reproduce.seedwise`): per seed, the late-phase mean error (second half of the run), "
         "the final error (last 10 episodes), the steps to 10 % error and whether it ever solved (below 5 %); "
         "permutation test of equal means and two-sided Mann-Whitney rank test for the first three, Fisher's "
         f"exact test on the never-solved counts. Rule: {sw['rule']}.",
@@ -354,6 +355,8 @@ def blocks(summaries: list[dict], command: str | None = None) -> list[tuple]:
             out.append(("md", reference_table(s["reference"])))
         if "seedwise" in s:
             out.append(("md", seedwise_table(s["seedwise"])))
+        if "seedwise_h7" in s:
+            out.append(("md", seedwise_table(s["seedwise_h7"], "H = 7")))
         if s.get("findings"):
             out.append(("p", [("Findings.", "b"), (" " + s["findings"], "")]))
     return out

@@ -478,21 +478,31 @@ def _mnist_order(preset, runs, curves, rows) -> dict:
 
 def _table3_reference(preset, runs, curves, rows) -> dict:
     """Our P, H=10, 2000-episode curves against the reference implementation's own 20 seeds: the comparison of
-    means (:func:`reference.compare_reference`) and the seed-by-seed one (:func:`seedwise.h10_comparison`)."""
-    ours = {
-        r.method: curves[r.key]["error"]
-        for r in runs
-        if r.label.get("H") == 10
-        and r.label.get("setting") == "P"
-        and r.length == 2000
-        and r.method in ("tpo", "grpo", "dg")
-        and preset.comparable(r)
-    }
+    means (:func:`reference.compare_reference`) and the seed-by-seed one (:func:`seedwise.h10_comparison`); and
+    the paper's claim within ours at H=7 (TPO against GRPO, seed by seed, ``seedwise_h7``: the reference file
+    has no H=7 curves)."""
+
+    def column(H):
+        return {
+            r.method: curves[r.key]["error"]
+            for r in runs
+            if r.label.get("H") == H
+            and r.label.get("setting") == "P"
+            and r.length == 2000
+            and r.method in ("tpo", "grpo", "dg")
+            and preset.comparable(r)
+        }
+
+    out = {}
+    ours = column(10)
     path = reference.reference_path() if ours else None
-    if path is None:
-        return {}
-    ref = {m: c for m, c in reference.load_reference(path).items() if m in ours}
-    return dict(reference=reference.compare_reference(ours, path), seedwise=seedwise.h10_comparison(ours, ref))
+    if path is not None:
+        ref = {m: c for m, c in reference.load_reference(path).items() if m in ours}
+        out.update(reference=reference.compare_reference(ours, path), seedwise=seedwise.h10_comparison(ours, ref))
+    h7 = column(7)
+    if "tpo" in h7 and "grpo" in h7:
+        out["seedwise_h7"] = seedwise.h10_comparison(h7)
+    return out
 
 
 def _paper_dapo(label, metric):
