@@ -24,6 +24,7 @@ from tpo_core.lab.live import (  # noqa: F401
     MAX_TRAIN_K,
     REWARDS,
     TASKS,
+    control_defaults,
     error_figure,
     figures,
     grad_figure,
@@ -54,19 +55,7 @@ from .inputs import InputError, validate  # noqa: F401  (the engine's validate, 
 # shows the paper's observation (TPO's ‖∇L‖ falls as its policy reaches the targets, GRPO's stays high); the
 # token-task values apply when the reader switches task. tests/test_demo_callbacks.py checks what EXPLAIN says
 # about the default run against a real default run.
-DEFAULTS = dict(
-    task=MNIST_BANDIT,
-    methods=["tpo", "grpo"],
-    reward="terminal",
-    H=6,
-    B=100,
-    K=8,
-    eta=1.0,
-    episodes=300,
-    n_seeds=1,
-    seed=0,
-    bandit_steps=3000,
-)
+DEFAULTS = dict(task=MNIST_BANDIT, methods=["tpo", "grpo"], **control_defaults())
 
 EXPLAIN = {
     MNIST_BANDIT: (

@@ -329,6 +329,16 @@ def test_bandit_tpo_learns_mnist():
     assert np.all(m["test_error"][:, -1] < m["test_error"][:, 0] + 0.02)
 
 
+def test_bandit_entry_refuses_a_missing_dataset_and_forwards_its_options_to_the_checks():
+    ds = mnist.load(verbose=False)
+    with pytest.raises(ValueError, match="dataset"):
+        train_bandit(BanditConfig(method="tpo", steps=2, eval_every=1), None)
+    with pytest.raises(ValueError, match="sweep"):  # refused by the sweep check before anything is compiled
+        train_bandit(BanditConfig(method="tpo", steps=2, eval_every=1), ds, sweep={"H": [3, 4]})
+    with pytest.raises(TypeError):
+        train_bandit(BanditConfig(method="tpo", steps=2, eval_every=1), ds, chunks=2)
+
+
 @pytest.mark.skipif(runtime.memory_map_count() is None, reason="needs /proc/self/maps (Linux)")
 def test_release_compiled_frees_the_memory_maps_of_compiled_programs():
     """Each compiled program holds ~1k memory maps; past vm.max_map_count the next compile crashes XLA."""

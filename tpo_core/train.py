@@ -513,8 +513,15 @@ runtime.register_cache(_clear_programs)
 # --------------------------------------------------------------------------------------------
 # convenience: whole runs
 # --------------------------------------------------------------------------------------------
-def _collect(program: Program, seeds, n: int, chunk_size, callback, points) -> dict:
-    """Run ``program`` to the end; metrics [S, n, ...], or [P, S, n, ...] when ``points`` is a sweep."""
+def _train(cfg, dataset, seeds, chunk_size=None, callback=None, sweep=None, run_batch=None) -> dict:
+    """:func:`train_tokens` (``dataset`` None) or :func:`train_bandit`: the sweep and memory checks, one compiled
+    program, run to the end; metrics [S, n, ...], or [P, S, n, ...] for a sweep."""
+    points = check_sweep(cfg, sweep) if sweep else None
+    if dataset is None:
+        check_run_memory(cfg, len(seeds), len(points) if points else 1, run_batch)
+        program, n = make_token_program(cfg, run_batch), cfg.episodes
+    else:
+        program, n = make_bandit_program(cfg, dataset, run_batch), cfg.steps // cfg.eval_every
     parts = []
     for done, m in program.run(seeds, n, chunk_size, points):
         if callback:
@@ -537,10 +544,9 @@ def train_tokens(
     ``sweep={"eta": [0.25, 0.5, 1, 2, 4]}`` (any of ``cfg.knobs``; several keys are zipped) runs every
     value × seed in one compiled program and returns metrics [P, S, episodes, ...]. ``run_batch``: runs
     vmapped together (None: all, what an accelerator wants; on a CPU whose cores one run already fills, a small
-    ``run_batch`` avoids batching every product over the runs)."""
-    points = check_sweep(cfg, sweep) if sweep else None
-    check_run_memory(cfg, len(seeds), len(points) if points else 1, run_batch)
-    return _collect(make_token_program(cfg, run_batch), seeds, cfg.episodes, chunk_size, callback, points)
+    ``run_batch`` avoids batching every product over the runs). ``chunk_size`` episodes per compiled chunk
+    (default: :func:`chunk_plan`'s); ``callback(done, metrics)`` after each chunk, with its metrics."""
+    return _train(cfg, None, seeds, chunk_size, callback, sweep, run_batch)
 
 
 def _gib(n: float) -> str:
@@ -570,18 +576,10 @@ def check_memory(cfg: TokenConfig, n_runs: int, n_seeds: int | None = None, avai
         )
 
 
-def train_bandit(
-    cfg: BanditConfig,
-    dataset,
-    seeds: Sequence[int] = (0,),
-    chunk_size: int | None = None,
-    callback: Callable | None = None,
-    sweep: dict | None = None,
-    run_batch: int | None = None,
-) -> dict:
-    """Run the bandit for every seed; metrics [S, steps // eval_every] (test error after each block), or
-    [P, S, ...] with ``sweep`` (keys from ``cfg.knobs``: eta, lr); ``run_batch`` as in :func:`train_tokens`."""
-    points = check_sweep(cfg, sweep) if sweep else None
-    return _collect(
-        make_bandit_program(cfg, dataset, run_batch), seeds, cfg.steps // cfg.eval_every, chunk_size, callback, points
-    )
+def train_bandit(cfg: BanditConfig, dataset, seeds: Sequence[int] = (0,), **options) -> dict:
+    """Run the bandit on ``dataset`` (``tpo_core.lab.mnist.load()``) for every seed; metrics
+    [S, steps // eval_every] (test error after each block), or [P, S, ...] with ``sweep`` (keys from ``cfg.knobs``:
+    eta, lr). ``options``: ``chunk_size``, ``callback``, ``sweep`` and ``run_batch``, as in :func:`train_tokens`."""
+    if dataset is None:
+        raise ValueError("dataset must be the bandit's images and labels (tpo_core.lab.mnist.load()), got None")
+    return _train(cfg, dataset, seeds, **options)

@@ -162,7 +162,7 @@ def cmd_train(args) -> int:
         total, unit, curve_name, metric = cfg.steps // cfg.eval_every, "eval", "test_error", "greedy test error"
         chunk = args.chunk if args.chunk is not None else max(1, min(10, total))
         run = lambda cb: train.train_bandit(  # noqa: E731
-            cfg, dataset, seeds, chunk, cb, sweep=sweep, run_batch=args.run_batch
+            cfg, dataset, seeds, chunk_size=chunk, callback=cb, sweep=sweep, run_batch=args.run_batch
         )
     config.check_sweep(cfg, sweep)
     points = len(next(iter(sweep.values()))) if sweep else 1

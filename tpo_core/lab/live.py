@@ -14,6 +14,7 @@ runs it.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from typing import Iterator
 
@@ -100,6 +101,12 @@ def validate(
 # --------------------------------------------------------------------------------------------
 _dataset = None
 _dataset_lock = threading.Lock()
+
+
+def control_defaults() -> dict:
+    """The controls of a live run after ``task`` and ``methods`` (:func:`validate`'s keywords, in its order) with
+    its defaults, which are the demo's default run; the notebook widget overrides a few for a smaller one."""
+    return {k: p.default for k, p in inspect.signature(validate).parameters.items() if p.default is not p.empty}
 
 
 def mnist_dataset():

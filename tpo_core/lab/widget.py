@@ -35,15 +35,7 @@ from . import figures, live
 DEFAULTS = dict(
     task=TOKEN_REVERSAL,
     methods=("tpo", "grpo"),
-    reward="terminal",
-    H=4,
-    B=32,
-    K=8,
-    eta=1.0,
-    episodes=200,
-    n_seeds=1,
-    seed=0,
-    bandit_steps=1000,
+    **dict(live.control_defaults(), H=4, B=32, episodes=200, bandit_steps=1000),
 )
 FIGURES = ("error", "grad", "pq")
 UIREVISION = "tpo-live"  # plotly keeps the reader's zoom and legend clicks across the per-chunk redraws

@@ -7,7 +7,7 @@ entries' common methods and their command lines' error protocol.
 * ``RegistryEntry`` (``rows`` and ``list_text`` of the registry's protocol,
   ``tpo_core.lab.reproduce.experiments.Experiment``) and ``TrlExperiment`` (also ``budget_note``,
   ``default_out``, ``train`` and ``notes``), which the experiments' frozen dataclasses inherit;
-* ``check_preset``: ``run_preset``'s argument checks, results folder and command line;
+* ``check_preset``: a training experiment's argument checks, results folder and command line;
 * ``word_tokenizer`` (the smoke and sparse models' word-level vocabularies) and ``report_row`` (a report row
   with no paper number);
 * ``OneLineParser`` and ``cli``: a bad flag or value ends ``main`` with one ``error: ...`` line and exit status 2.
@@ -150,7 +150,7 @@ def default_out(name: str, budget: str) -> pathlib.Path:
 
 
 def check_preset(name: str, budget: str, out, seeds, command, *, presets, budgets) -> tuple[pathlib.Path, str]:
-    """``run_preset``'s checks (``name`` one of ``presets``, ``budget`` one of ``budgets``, ``seeds`` None or an
+    """``TrlExperiment.train``'s checks (``name`` one of ``presets``, ``budget`` one of ``budgets``, ``seeds`` None or an
     integer ≥ 1), then its results folder (``out``, else ``default_out``) and the command line the summary
     records (``command``, else the ``python -m tpo_core reproduce`` line that trains it)."""
     if name not in presets:
@@ -193,7 +193,8 @@ class TrlExperiment(RegistryEntry):
     keywords (``class E(TrlExperiment, budget_table=BUDGETS, methods=METHODS, run_preset=run_preset)``):
     its budgets (each with a ``note``), what ``only`` may name, and the function that trains a preset.
     ``train`` refuses the JAX engine's options and an ``only`` that names nothing or a method outside
-    ``methods``, then hands on to ``run_preset``."""
+    ``methods``, checks the rest (``check_preset``), then hands on to
+    ``run_preset(name, budget, out, command, seeds, methods, partial, quiet)``."""
 
     def __init_subclass__(cls, *, budget_table, methods, run_preset, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -225,9 +226,10 @@ class TrlExperiment(RegistryEntry):
                     f"only must name methods of {self.name} ({', '.join(self.methods)}), "
                     f"got {', '.join(bad) or 'nothing'}"
                 )
-        return self.run_preset(
-            self.name, budget, out, seeds=seeds, methods=only, partial=partial, quiet=not progress, command=command
+        out, command = check_preset(
+            self.name, budget, out, seeds, command, presets=(self.name,), budgets=self.budget_table
         )
+        return self.run_preset(self.name, budget, out, command, seeds, only, partial, not progress)
 
     def notes(self, summary: dict) -> str:
         return f"PyTorch + TRL ({type(self).__module__}), not the JAX engine"

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import atomic_io
-from .common import SPECIAL_TOKENS, TrlExperiment, check_preset, cli, report_row, trl_args, word_tokenizer
+from .common import SPECIAL_TOKENS, TrlExperiment, cli, report_row, trl_args, word_tokenizer
 
 __all__ = [
     "Budget",
@@ -523,21 +523,11 @@ def paper_claim(task: str) -> str:
     return f"{P.LLM.get(task, 'the paper runs no LLM experiment on this task')} (verl; §3.8, App. G)"
 
 
-def run_preset(
-    name: str,
-    budget: str,
-    out=None,
-    *,
-    seeds: int | None = None,
-    methods=None,
-    partial: bool = False,
-    quiet: bool = False,
-    command: str | None = None,
-) -> dict:
-    """``python -m tpo_core reproduce llm_graph_coloring --budget cpu``: :func:`run_rlvr` on the preset's task
-    at its default setting, TPO and GRPO (``methods`` to split them across processes), ``seeds`` seeds
-    (default: the budget's). ``partial``: summarise the finished runs, train nothing."""
-    out, command = check_preset(name, budget, out, seeds, command, presets=PRESETS, budgets=BUDGETS)
+def run_preset(name, budget, out, command, seeds, methods, partial, quiet) -> dict:
+    """``python -m tpo_core reproduce llm_graph_coloring --budget cpu`` (arguments checked by
+    ``RlvrExperiment.train``): :func:`run_rlvr` on the preset's task at its default setting, TPO and GRPO
+    (``methods`` to split them across processes), ``seeds`` seeds (None: the budget's) into ``out``.
+    ``partial``: summarise the finished runs, train nothing."""
     return run_rlvr(
         PRESETS[name],
         budget,

@@ -81,7 +81,6 @@ from .common import (
     SPECIAL_TOKENS,
     OneLineParser,
     TrlExperiment,
-    check_preset,
     cli,
     report_row,
     trl_args,
@@ -1262,20 +1261,10 @@ def figure_html(out, b: Budget) -> str:
 # entry points
 
 
-def run_preset(
-    name: str,
-    budget: str,
-    out=None,
-    *,
-    seeds: int | None = None,
-    methods=None,
-    partial: bool = False,
-    quiet: bool = False,
-    command: str | None = None,
-) -> dict:
-    """``python -m tpo_core reproduce llm_sparse_coloring --budget B``: both stages (grid, then main), every arm
-    (or ``methods``), ``seeds`` main seeds (0..seeds-1; default the budget's). ``partial``: summarise only."""
-    out, command = check_preset(name, budget, out, seeds, command, presets=PRESETS, budgets=BUDGETS)
+def run_preset(name, budget, out, command, seeds, methods, partial, quiet) -> dict:
+    """``python -m tpo_core reproduce llm_sparse_coloring --budget B`` (arguments checked by
+    ``SparseExperiment.train``): both stages (grid, then main), every arm (or ``methods``), ``seeds`` main
+    seeds (0..seeds-1; None: the budget's) into ``out``. ``partial``: summarise only."""
     arms = methods
     if partial and not out.is_dir():
         raise ValueError(f"out={str(out)!r} holds no finished run (nothing to summarise)")
