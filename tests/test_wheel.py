@@ -136,7 +136,10 @@ def test_the_metadata_is_pyproject_s(metadata):
 def test_the_wheel_and_the_sdist_carry_the_package_data(dist, wheel):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
-    data = {f"tpo_core/lab/data/mnist/{n}" for n in (*MNIST_FILES, "README.md")} | {"tpo_core/bridge/verl_gsm8k.yaml"}
+    data = {f"tpo_core/lab/data/mnist/{n}" for n in (*MNIST_FILES, "README.md")} | {
+        "tpo_core/bridge/verl_gsm8k.yaml",
+        "tpo_core/lab/reproduce/presets.toml",
+    }
     assert data <= names, data - names
     assert {f"tpo_core-{VERSION}.dist-info/licenses/{f}" for f in PYPROJECT["project"]["license-files"]} <= names
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tpo_core").rglob("*.py")}

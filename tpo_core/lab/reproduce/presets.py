@@ -14,6 +14,8 @@ import hashlib
 import json
 import pathlib
 import re
+import tomllib
+from importlib import resources
 from typing import Callable, Optional
 
 from tpo_core.config import BanditConfig, TokenConfig
@@ -182,10 +184,64 @@ def _steps_resolution(paper):
     return max(20.0, 0.25 * paper) if isinstance(paper, (int, float)) else 20.0
 
 
+# ---- the registry: each build function below is one preset (@preset); its words are in presets.toml ----------
+_TEXT = tomllib.loads(resources.files(__package__).joinpath("presets.toml").read_text(encoding="utf-8"))
+_CODE: dict[str, dict] = {}
+
+
+def preset(name: str, paper: Callable, **options):
+    """Register the decorated build function (budget -> (runs, note)) as the preset ``name``, scored against
+    ``paper`` ((run label, metric) -> the paper's number); its title, claim, metrics and paper setting are
+    presets.toml's ``[name]``; ``options`` are :class:`Preset`'s other fields."""
+    if name not in _TEXT:
+        raise ValueError(f"preset {name!r} has no entry in presets.toml")
+
+    def register(build: Callable) -> Callable:
+        _CODE[name] = dict(build=build, paper=paper, **options)
+        return build
+
+    return register
+
+
+def _lookup(table: dict, *keys: str) -> Callable:
+    """(run label, metric) -> ``table``'s entry at the label's ``keys`` (``"metric"``: the metric), or None."""
+
+    def paper(label, metric):
+        key = tuple(metric if k == "metric" else label[k] for k in keys)
+        return table.get(key[0] if len(key) == 1 else key)
+
+    return paper
+
+
+def _fixed(delta: float) -> Callable:
+    return lambda label, metric: delta
+
+
+def _steps_or(delta: float, paper: Callable) -> Callable:
+    """δ for steps to 1 % from the paper's number (:func:`_steps_resolution`); ``delta`` points for an error."""
+    return lambda label, metric: _steps_resolution(paper(label, metric)) if metric == "steps_to_1pct" else delta
+
+
 # ---- Figure 4: MNIST contextual bandit ------------------------------------------------------
 MNIST_METHODS = ("tpo", "pg", "grpo", "dg", "group_pg", "ce")
 
 
+def _mnist_order(preset, runs, curves, rows) -> dict:
+    finals = [r for r in rows if r["metric"] == "final_greedy_error"]
+    ours = [r["method"] for r in sorted(finals, key=lambda r: r["ours"])]
+    paper = [m for m, _ in sorted(P.MNIST.items(), key=lambda kv: kv[1])]
+    return dict(
+        order=dict(ours=ours, paper=paper, kendall_tau=stats.kendall_tau([m for m in ours if m in paper], paper))
+    )
+
+
+@preset(
+    "mnist",
+    _lookup(P.MNIST, "method"),
+    resolution=_fixed(1.0),
+    extras=_mnist_order,
+    paper_data=lambda source: source.startswith("MNIST 60k/10k"),
+)
 def _mnist_build(budget):
     if budget == "smoke":
         steps, every, seeds, note = 200, 100, _seeds(1), "200 steps, 1 seed (code path only)"
@@ -203,6 +259,10 @@ def _mnist_build(budget):
 DENSE_METHODS = P.TABLE1_METHODS
 
 
+_TABLE1 = _lookup(P.TABLE1, "method", "V")
+
+
+@preset("table1", _TABLE1, resolution=_steps_or(10.0, _TABLE1))
 def _table1_build(budget):
     if budget == "smoke":
         grid, seeds, eps, note = [(m, 2) for m in DENSE_METHODS] + [("tpo_token", 4)], _seeds(1), 6, "tiny"
@@ -222,6 +282,10 @@ def _table1_build(budget):
 # ---- Table 2: targets × dense rewards ---------------------------------------------------------
 
 
+_TABLE2 = _lookup(P.TABLE2, "method", "reward", "target")
+
+
+@preset("table2", _TABLE2, resolution=_steps_or(10.0, _TABLE2))
 def _table2_build(budget):
     if budget == "smoke":
         grid = [(m, "bag", "reverse_copy") for m in DENSE_METHODS] + [("tpo_token", "sequential", "reverse_copy")]
@@ -249,6 +313,50 @@ TABLE3_METHODS = P.TABLE3_METHODS
 TABLE3_BUDGETS = BUDGETS + ("paper-h10", "paper-h7")
 
 
+def _table3_resolution(label, metric):
+    """Half the paper's TPO–GRPO gap in the same column (at least 5 points): the effect Table 3 shows."""
+    key = (label["H"], label["setting"])
+    tpo, grpo = P.TABLE3.get(("tpo",) + key), P.TABLE3.get(("grpo",) + key)
+    return max(5.0, abs(grpo - tpo) / 2) if tpo is not None and grpo is not None else 10.0
+
+
+def _table3_reference(preset, runs, curves, rows) -> dict:
+    """Our P, H=10, 2000-episode curves against the reference implementation's own 20 seeds: the comparison of
+    means (:func:`reference.compare_reference`) and the seed-by-seed one (:func:`seedwise.h10_comparison`); and
+    the paper's claim within ours at H=7 (TPO against GRPO, seed by seed, ``seedwise_h7``: the reference file
+    has no H=7 curves)."""
+
+    def column(H):
+        return {
+            r.method: curves[r.key]["error"]
+            for r in runs
+            if r.label.get("H") == H
+            and r.label.get("setting") == "P"
+            and r.length == 2000
+            and r.method in ("tpo", "grpo", "dg")
+            and preset.comparable(r)
+        }
+
+    out = {}
+    ours = column(10)
+    path = reference.reference_path() if ours else None
+    if path is not None:
+        ref = {m: c for m, c in reference.load_reference(path).items() if m in ours}
+        out.update(reference=reference.compare_reference(ours, path), seedwise=seedwise.h10_comparison(ours, ref))
+    h7 = column(7)
+    if "tpo" in h7 and "grpo" in h7:
+        out["seedwise_h7"] = seedwise.h10_comparison(h7)
+    return out
+
+
+@preset(
+    "table3",
+    _lookup(P.TABLE3, "method", "H", "setting"),
+    paper_se=_lookup(P.TABLE3_SE, "method", "H", "setting"),
+    resolution=_table3_resolution,
+    budgets=TABLE3_BUDGETS,
+    extras=_table3_reference,
+)
 def _table3_build(budget):
     batch = None
     if budget == "smoke":
@@ -286,14 +394,8 @@ def _table3_build(budget):
     return runs, note
 
 
-def _table3_resolution(label, metric):
-    """Half the paper's TPO–GRPO gap in the same column (at least 5 points): the effect Table 3 shows."""
-    key = (label["H"], label["setting"])
-    tpo, grpo = P.TABLE3.get(("tpo",) + key), P.TABLE3.get(("grpo",) + key)
-    return max(5.0, abs(grpo - tpo) / 2) if tpo is not None and grpo is not None else 10.0
-
-
 # ---- anchor ablation ----------------------------------------------------------------------------
+@preset("anchor", _lookup(P.ANCHOR, "method", "H"))
 def _anchor_build(budget):
     methods = ("tpo", "tpo_no_anchor", "group_pg")
     if budget == "smoke":
@@ -330,6 +432,7 @@ def _ablation_base(budget):
     )
 
 
+@preset("k_sweep", _lookup(P.K_SWEEP, "method", "K"), resolution=_fixed(2.0))
 def _k_build(budget):
     base, seeds, note = _ablation_base(budget)
     grid = {
@@ -349,6 +452,7 @@ def _k_build(budget):
     return runs, note + ("; K ∈ {4, 8, 16}" if budget == "cpu" else "")
 
 
+@preset("epoch_sweep", _lookup(P.EPOCH_SWEEP, "method", "epochs"), resolution=_fixed(2.0))
 def _epoch_build(budget):
     base, seeds, note = _ablation_base(budget)
     grid = {
@@ -368,6 +472,7 @@ def _epoch_build(budget):
     return runs, note + ("; K=8 (paper 32), epochs ∈ {1, 2, 4, 8}" if budget == "cpu" else "")
 
 
+@preset("grpo_masked", _lookup(P.MASKED, "method"))
 def _masked_build(budget):
     base, seeds, note = _ablation_base(budget)
     runs = [
@@ -378,6 +483,10 @@ def _masked_build(budget):
 
 
 # ---- η sweep ---------------------------------------------------------------------------------------
+_ETA = _lookup(P.ETA_SWEEP, "metric", "eta")
+
+
+@preset("eta_sweep", _ETA, resolution=_steps_or(1.0, _ETA))
 def _eta_build(budget):
     if budget == "smoke":
         etas, seeds, eps, note = (0.5, 2.0), _seeds(1), 6, "tiny"
@@ -415,6 +524,18 @@ def _beyond_base(budget):
     return dict(H=10, episodes=2000), _seeds(20), "Table 3's setting: H=10, K=8, B=100, 20 seeds, 2000 episodes"
 
 
+# DAPO and the noise study are scored at Table 3's prompt-matched H=10 column
+_H10_DELTA = _table3_resolution(dict(H=10, setting="P"), "final_error")
+
+
+def _paper_dapo(label, metric):
+    """DAPO has no paper number; TPO and GRPO at H=10 are Table 3's prompt-matched column."""
+    if label["H"] == 10 and label["method"] in ("tpo", "grpo"):
+        return P.TABLE3[(label["method"], 10, "P")]
+    return None
+
+
+@preset("dapo", _paper_dapo, resolution=_fixed(_H10_DELTA))
 def _dapo_build(budget):
     base, seeds, note = _beyond_base(budget)
     runs = [
@@ -446,6 +567,13 @@ def dapo_refill_runs(budget: str, seeds: int = 8) -> tuple[list, str]:
 STD_NOISE = 0.01
 
 
+def _paper_std_noise(label, metric):
+    if label["noise"] == 0 and label["std_floor"] == 1e-6 and label["H"] == 10:
+        return P.TABLE3[("tpo", 10, "P")]
+    return None
+
+
+@preset("std_noise", _paper_std_noise, resolution=_fixed(_H10_DELTA))
 def _std_noise_build(budget):
     base, seeds, note = _beyond_base(budget)
     grid = [("tpo", 0.0, 1e-6), ("tpo", STD_NOISE, 1e-6), ("tpo", STD_NOISE, 0.1), ("grpo", STD_NOISE, 1e-6)]
@@ -461,208 +589,12 @@ def _std_noise_build(budget):
     return runs, note + f"; Gaussian score noise σ={STD_NOISE} on every candidate's terminal score"
 
 
-def _paper_std_noise(label, metric):
-    if label["noise"] == 0 and label["std_floor"] == 1e-6 and label["H"] == 10:
-        return P.TABLE3[("tpo", 10, "P")]
-    return None
-
-
-def _mnist_order(preset, runs, curves, rows) -> dict:
-    finals = [r for r in rows if r["metric"] == "final_greedy_error"]
-    ours = [r["method"] for r in sorted(finals, key=lambda r: r["ours"])]
-    paper = [m for m, _ in sorted(P.MNIST.items(), key=lambda kv: kv[1])]
-    return dict(
-        order=dict(ours=ours, paper=paper, kendall_tau=stats.kendall_tau([m for m in ours if m in paper], paper))
-    )
-
-
-def _table3_reference(preset, runs, curves, rows) -> dict:
-    """Our P, H=10, 2000-episode curves against the reference implementation's own 20 seeds: the comparison of
-    means (:func:`reference.compare_reference`) and the seed-by-seed one (:func:`seedwise.h10_comparison`); and
-    the paper's claim within ours at H=7 (TPO against GRPO, seed by seed, ``seedwise_h7``: the reference file
-    has no H=7 curves)."""
-
-    def column(H):
-        return {
-            r.method: curves[r.key]["error"]
-            for r in runs
-            if r.label.get("H") == H
-            and r.label.get("setting") == "P"
-            and r.length == 2000
-            and r.method in ("tpo", "grpo", "dg")
-            and preset.comparable(r)
-        }
-
-    out = {}
-    ours = column(10)
-    path = reference.reference_path() if ours else None
-    if path is not None:
-        ref = {m: c for m, c in reference.load_reference(path).items() if m in ours}
-        out.update(reference=reference.compare_reference(ours, path), seedwise=seedwise.h10_comparison(ours, ref))
-    h7 = column(7)
-    if "tpo" in h7 and "grpo" in h7:
-        out["seedwise_h7"] = seedwise.h10_comparison(h7)
-    return out
-
-
-def _paper_dapo(label, metric):
-    """DAPO has no paper number; TPO and GRPO at H=10 are Table 3's prompt-matched column."""
-    if label["H"] == 10 and label["method"] in ("tpo", "grpo"):
-        return P.TABLE3[(label["method"], 10, "P")]
-    return None
-
-
-PRESETS: dict[str, Preset] = {}
-
-
-def _register(p: Preset):
-    PRESETS[p.name] = p
-
-
-_register(
-    Preset(
-        name="mnist",
-        title="Figure 4: MNIST contextual bandit",
-        claim="Greedy test error after 10,000 steps: TPO 2.9% < DG ≈ 3.2% (read off Fig. 4) < PG 5.3% < GRPO 5.9% < "
-        "Group PG 7.2%.",
-        metrics=("final_greedy_error",),
-        build=_mnist_build,
-        paper=lambda lab, met: P.MNIST.get(lab["method"]),
-        paper_setting="MLP 784-50-50-10, Adam 1e-3, batch 100, 10,000 steps, 20 seeds, 60k/10k MNIST (the full training "
-        "set: downloaded automatically on a connected machine; offline only the 10k test set exists, "
-        "split 8k/2k)",
-        resolution=lambda lab, met: 1.0,
-        extras=_mnist_order,
-        paper_data=lambda source: source.startswith("MNIST 60k/10k"),
-    )
-)
-_register(
-    Preset(
-        name="table1",
-        title="Table 1: vocabulary sweep (dense bag reward, reverse copy)",
-        claim="TPO_token reaches 1% error fastest at every vocabulary size.",
-        metrics=("steps_to_1pct",),
-        build=_table1_build,
-        paper=lambda lab, met: P.TABLE1.get((lab["method"], lab["V"])),
-        paper_setting="H=10, K=8, B=100, 20 seeds, 1000 episodes",
-        resolution=lambda lab, met: _steps_resolution(P.TABLE1.get((lab["method"], lab["V"]))),
-    )
-)
-_register(
-    Preset(
-        name="table2",
-        title="Table 2: targets × dense rewards",
-        claim="TPO_token is fastest on every target and reward; GRPO_token and PPO never reach 1% with the sequential "
-        "reward.",
-        metrics=("steps_to_1pct",),
-        build=_table2_build,
-        paper=lambda lab, met: P.TABLE2.get((lab["method"], lab["reward"], lab["target"])),
-        paper_setting="H=10, V=2, K=8, B=100, 10 seeds, 1000 episodes",
-        resolution=lambda lab, met: _steps_resolution(P.TABLE2.get((lab["method"], lab["reward"], lab["target"]))),
-    )
-)
-_register(
-    Preset(
-        name="table3",
-        title="Table 3: terminal (exact-match) reward",
-        claim="TPO keeps final error below ~10% up to H=10 (prompt-matched); GRPO, GRPO without KL, PPO and DG degrade "
-        "with H.",
-        metrics=("final_error",),
-        build=_table3_build,
-        paper=lambda lab, met: P.TABLE3.get((lab["method"], lab["H"], lab["setting"])),
-        paper_setting="reverse copy, V=2, K=8, B=100, 2000 episodes, 20 seeds; I = single-sample methods get B=800, "
-        "lr×√8",
-        paper_se=lambda lab, met: P.TABLE3_SE.get((lab["method"], lab["H"], lab["setting"])),
-        resolution=_table3_resolution,
-        budgets=TABLE3_BUDGETS,
-        extras=_table3_reference,
-    )
-)
-_register(
-    Preset(
-        name="anchor",
-        title="Ablation: the anchor p_old in TPO's target",
-        claim="Without p_old in the target (TPO-no-anchor) or without a target (Group PG), H=10 ends above 99% error.",
-        metrics=("final_error",),
-        build=_anchor_build,
-        paper=lambda lab, met: P.ANCHOR.get((lab["method"], lab["H"])),
-        paper_setting="terminal reward, reverse copy, K=8, B=100, H=7, 8, 10, 2000 episodes",
-    )
-)
-_register(
-    Preset(
-        name="k_sweep",
-        title="Ablation: group size K",
-        claim="TPO improves with K (8.9% at K=4 → 0.36% at K=64) and beats GRPO at every K.",
-        metrics=("final_error",),
-        build=_k_build,
-        paper=lambda lab, met: P.K_SWEEP.get((lab["method"], lab["K"])),
-        paper_setting="terminal reward, reverse copy, V=2, H=8, B=256, 2000 episodes, 4 epochs",
-        resolution=lambda lab, met: 2.0,
-    )
-)
-_register(
-    Preset(
-        name="epoch_sweep",
-        title="Ablation: update epochs per batch",
-        claim="TPO stays below 2.3% for 1–16 epochs; GRPO varies from 1.1% to 37.6%.",
-        metrics=("final_error",),
-        build=_epoch_build,
-        paper=lambda lab, met: P.EPOCH_SWEEP.get((lab["method"], lab["epochs"])),
-        paper_setting="terminal reward, reverse copy, V=2, H=8, B=256, K=32, 2000 episodes",
-        resolution=lambda lab, met: 2.0,
-    )
-)
-_register(
-    Preset(
-        name="grpo_masked",
-        title="Ablation: masking zero-variance groups in GRPO",
-        claim="Dropping all-fail groups hurts GRPO (6.3% → 29.7%); TPO reaches 0.05%.",
-        metrics=("final_error",),
-        build=_masked_build,
-        paper=lambda lab, met: P.MASKED.get(lab["method"]),
-        paper_setting="terminal reward, reverse copy, V=2, H=8, B=256, K=32, 4 epochs, 2000 episodes",
-    )
-)
-_register(
-    Preset(
-        name="eta_sweep",
-        title="Ablation: TPO temperature η",
-        claim="TPO is robust to η: final error ≤ 1% for η from 0.25 to 4; larger η is slower to 1%.",
-        metrics=("final_error", "steps_to_1pct"),
-        build=_eta_build,
-        paper=lambda lab, met: P.ETA_SWEEP.get((met, lab["eta"])),
-        paper_setting="reverse copy, V=2, H=10, K=8, 10 seeds (reward variant not stated)",
-        resolution=lambda lab, met: (
-            1.0 if met == "final_error" else _steps_resolution(P.ETA_SWEEP.get((met, lab["eta"])))
-        ),
-    )
-)
-_register(
-    Preset(
-        name="dapo",
-        title="Beyond the paper: TPO vs DAPO-style GRPO (terminal reward)",
-        claim="Open question of the seed: does DAPO's clip-higher + dropping zero-variance groups close the gap to TPO?",
-        metrics=("final_error",),
-        build=_dapo_build,
-        paper=_paper_dapo,
-        paper_setting="no paper numbers for DAPO; TPO/GRPO from Table 3 (P, H=10)",
-        resolution=lambda lab, met: _table3_resolution(dict(H=10, setting="P"), met),
-    )
-)
-_register(
-    Preset(
-        name="std_noise",
-        title="Beyond the paper: group standardisation amplifies tiny score noise",
-        claim="Small reward noise in all-fail groups is z-scored to unit scale with the paper's σ floor 1e-6; "
-        "a floor of 0.1 keeps such groups inert.",
-        metrics=("final_error",),
-        build=_std_noise_build,
-        paper=_paper_std_noise,
-        paper_setting="no paper numbers; TPO without noise from Table 3 (P, H=10)",
-        resolution=lambda lab, met: _table3_resolution(dict(H=10, setting="P"), met),
-    )
-)
+if _CODE.keys() != _TEXT.keys():
+    raise RuntimeError(f"presets.toml and the @preset builds disagree on {sorted(_CODE.keys() ^ _TEXT.keys())}")
+PRESETS: dict[str, Preset] = {  # in presets.toml's order (the report's)
+    name: Preset(name=name, **{k: tuple(v) if k == "metrics" else v for k, v in text.items()}, **_CODE[name])
+    for name, text in _TEXT.items()
+}
 
 
 def get(name: str) -> Preset:
