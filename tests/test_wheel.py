@@ -139,6 +139,7 @@ def test_the_wheel_and_the_sdist_carry_the_package_data(dist, wheel):
     data = {f"tpo_core/lab/data/mnist/{n}" for n in (*MNIST_FILES, "README.md")} | {
         "tpo_core/bridge/verl_gsm8k.yaml",
         "tpo_core/lab/reproduce/presets.toml",
+        "tpo_core/lab/live_budgets.toml",
     }
     assert data <= names, data - names
     assert {f"tpo_core-{VERSION}.dist-info/licenses/{f}" for f in PYPROJECT["project"]["license-files"]} <= names

@@ -19,6 +19,7 @@ eta, lr, beta, clip_eps, std_floor, reward_noise; :data:`~tpo_core.config.BANDIT
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Callable, Optional
 
 import jax
@@ -146,186 +147,137 @@ def register(method: Method) -> Method:
     return method
 
 
-register(
-    Method(
-        name="tpo",
-        title="TPO",
-        sampling="group",
-        epochs=4,
-        loss=lambda b, k: L.tpo_loss(b["logp"], b["logp_old"], b["scores"], k["eta"], std_floor=k["std_floor"]),
-        summary="Cross-entropy to q ∝ p_old·exp(u/η) over the K completions of each prompt.",
-        bandit=_bandit_tpo,
+def method(name: str, title: str, sampling: str, epochs: int, **fields) -> Callable:
+    """Register the decorated token-task loss ``(batch, knobs) -> scalar`` as the method ``name`` (its
+    :class:`Method` fields beside the loss; the summary is the loss's docstring unless ``summary`` is given)."""
+
+    def add(loss: Callable) -> Callable:
+        fields.setdefault("summary", inspect.getdoc(loss))
+        register(Method(name=name, title=title, sampling=sampling, epochs=epochs, loss=loss, **fields))
+        return loss
+
+    return add
+
+
+@method("tpo", "TPO", "group", 4, bandit=_bandit_tpo)
+def _tpo(b, k):
+    """Cross-entropy to q ∝ p_old·exp(u/η) over the K completions of each prompt."""
+    return L.tpo_loss(b["logp"], b["logp_old"], b["scores"], k["eta"], std_floor=k["std_floor"])
+
+
+@method("tpo_no_anchor", "TPO (no anchor)", "group", 4, variant="ablation")
+def _tpo_no_anchor(b, k):
+    """Ablation: q = softmax(u/η), forgetting p_old."""
+    return L.tpo_loss(b["logp"], b["logp_old"], b["scores"], k["eta"], anchor=False)
+
+
+@method("group_pg", "Group PG", "group", 4, variant="ablation", bandit=_bandit_group_pg)
+def _group_pg(b, k):
+    """Ablation: -Σ (u_i/η) log π(y_i), no target, no ratio."""
+    return L.group_pg_loss(b["logp"], b["scores"], k["eta"])
+
+
+method(
+    "grpo",
+    "GRPO",
+    "group",
+    4,
+    summary="Paper semantics: population std, sequence-level ratio, k3 KL to the rollout, β 0.04, clip 0.2.",
+    bandit=_bandit_grpo,
+)(_grpo_loss)
+
+
+@method("grpo_no_kl", "GRPO (no KL)", "group", 4)
+def _grpo_no_kl(b, k):
+    """GRPO with β = 0."""
+    return L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=0.0, clip_eps=k["clip_eps"])
+
+
+@method("grpo_masked", "GRPO (masked)", "group", 4)
+def _grpo_masked(b, k):
+    """GRPO with zero-variance groups dropped (mean over informative groups)."""
+    return L.grpo_loss(
+        b["logp"], b["logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"], mask_zero_var=True
     )
-)
-register(
-    Method(
-        name="tpo_no_anchor",
-        title="TPO (no anchor)",
-        sampling="group",
-        epochs=4,
-        loss=lambda b, k: L.tpo_loss(b["logp"], b["logp_old"], b["scores"], k["eta"], anchor=False),
-        summary="Ablation: q = softmax(u/η), forgetting p_old.",
-        variant="ablation",
+
+
+@method("grpo_trl", "GRPO (TRL/verl)", "group", 4, variant="TRL/verl")
+def _grpo_trl(b, k):
+    """TRL/verl flavour: sample std, per-token ratio and KL, mean over tokens then completions."""
+    return L.grpo_token_ratio_loss(
+        b["token_logp"], b["token_logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"], ddof=1
     )
-)
-register(
-    Method(
-        name="group_pg",
-        title="Group PG",
-        sampling="group",
-        epochs=4,
-        loss=lambda b, k: L.group_pg_loss(b["logp"], b["scores"], k["eta"]),
-        summary="Ablation: -Σ (u_i/η) log π(y_i), no target, no ratio.",
-        variant="ablation",
-        bandit=_bandit_group_pg,
-    )
-)
-register(
-    Method(
-        name="grpo",
-        title="GRPO",
-        sampling="group",
-        epochs=4,
-        loss=_grpo_loss,
-        summary="Paper semantics: population std, sequence-level ratio, k3 KL to the rollout, β 0.04, clip 0.2.",
-        bandit=_bandit_grpo,
-    )
-)
-register(
-    Method(
-        name="grpo_no_kl",
-        title="GRPO (no KL)",
-        sampling="group",
-        epochs=4,
-        loss=lambda b, k: L.grpo_loss(b["logp"], b["logp_old"], b["scores"], beta=0.0, clip_eps=k["clip_eps"]),
-        summary="GRPO with β = 0.",
-    )
-)
-register(
-    Method(
-        name="grpo_masked",
-        title="GRPO (masked)",
-        sampling="group",
-        epochs=4,
-        loss=lambda b, k: L.grpo_loss(
-            b["logp"], b["logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"], mask_zero_var=True
-        ),
-        summary="GRPO with zero-variance groups dropped (mean over informative groups).",
-    )
-)
-register(
-    Method(
-        name="grpo_trl",
-        title="GRPO (TRL/verl)",
-        sampling="group",
-        epochs=4,
-        loss=lambda b, k: L.grpo_token_ratio_loss(
-            b["token_logp"], b["token_logp_old"], b["scores"], beta=k["beta"], clip_eps=k["clip_eps"], ddof=1
-        ),
-        summary="TRL/verl flavour: sample std, per-token ratio and KL, mean over tokens then completions.",
-        variant="TRL/verl",
-    )
-)
-register(
-    Method(
-        name="dapo",
-        title="DAPO",
-        sampling="group",
-        epochs=4,
-        loss=lambda b, k: L.dapo_loss(b["token_logp"], b["token_logp_old"], b["scores"], clip_eps=k["clip_eps"]),
-        summary="Clip-higher (0.2/0.28), token-level aggregation, no KL, all-equal groups dropped.",
-        variant="DAPO",
-    )
-)
-register(
-    Method(
-        name="rloo",
-        title="RLOO",
-        sampling="group",
-        epochs=1,
-        loss=lambda b, k: L.rloo_loss(b["logp"], b["scores"]),
-        summary="REINFORCE with a leave-one-out baseline over the group.",
-        variant="beyond the paper",
-    )
-)
-register(
-    Method(
-        name="rebel",
-        title="REBEL",
-        sampling="group",
-        epochs=4,
-        loss=lambda b, k: L.rebel_loss(b["logp"], b["logp_old"], b["scores"], k["eta"]),
-        summary="Regress log-ratio differences onto reward differences over all pairs.",
-        variant="beyond the paper",
-    )
-)
-register(
-    Method(
-        name="vmpo",
-        title="V-MPO (group)",
-        sampling="group",
-        epochs=4,
-        loss=lambda b, k: L.vmpo_loss(
-            b["logp"], b["logp_old"], b["scores"], b["learned"]["log_temperature"], b["learned"]["log_alpha"]
-        ),
-        summary="q ∝ π_old·exp(A/η) on the top half, learned η, KL trust region; no critic.",
-        variant="beyond the paper",
-        learned=("log_temperature", "log_alpha"),
-    )
-)
+
+
+@method("dapo", "DAPO", "group", 4, variant="DAPO")
+def _dapo(b, k):
+    """Clip-higher (0.2/0.28), token-level aggregation, no KL, all-equal groups dropped."""
+    return L.dapo_loss(b["token_logp"], b["token_logp_old"], b["scores"], clip_eps=k["clip_eps"])
+
+
+@method("rloo", "RLOO", "group", 1, variant="beyond the paper")
+def _rloo(b, k):
+    """REINFORCE with a leave-one-out baseline over the group."""
+    return L.rloo_loss(b["logp"], b["scores"])
+
+
+@method("rebel", "REBEL", "group", 4, variant="beyond the paper")
+def _rebel(b, k):
+    """Regress log-ratio differences onto reward differences over all pairs."""
+    return L.rebel_loss(b["logp"], b["logp_old"], b["scores"], k["eta"])
+
+
+@method("vmpo", "V-MPO (group)", "group", 4, variant="beyond the paper", learned=("log_temperature", "log_alpha"))
+def _vmpo(b, k):
+    """q ∝ π_old·exp(A/η) on the top half, learned η, KL trust region; no critic."""
+    learned = b["learned"]
+    return L.vmpo_loss(b["logp"], b["logp_old"], b["scores"], learned["log_temperature"], learned["log_alpha"])
+
+
 register(tpo_refill(2.0, "tpo_refill"))
-register(
-    Method(
-        name="tpo_token",
-        title="TPO_token",
-        sampling="token",
-        epochs=4,
-        loss=lambda b, k: L.tpo_token_loss(b["logp"], b["logp_old"], b["scores"], k["eta"]),
-        summary="Per-state TPO over K i.i.d. next-token candidates (dense rewards).",
-    )
-)
-register(
-    Method(
-        name="grpo_token",
-        title="GRPO_token",
-        sampling="token",
-        epochs=4,
-        loss=_grpo_loss,
-        summary="GRPO on single-token log-probs of the per-state candidates (dense rewards).",
-    )
-)
-register(
-    Method(
-        name="ppo",
-        title="PPO",
-        sampling="single",
-        epochs=4,
-        loss=lambda b, k: L.ppo_loss(b["token_logp"], b["token_logp_old"], _adv(b), clip_eps=k["clip_eps"]),
-        summary="Per-token clipped surrogate, A_t = r_t - per-position batch mean, no critic.",
-    )
-)
-register(
-    Method(
-        name="pg",
-        title="PG",
-        sampling="single",
-        epochs=4,
-        loss=lambda b, k: L.pg_loss(b["token_logp"], _adv(b)),
-        summary="REINFORCE with the per-position batch-mean baseline.",
-        bandit=lambda logits, a, y, adv, k: L.pg_loss(_picked(logits, a)[:, None], adv[:, None]),
-    )
-)
-register(
-    Method(
-        name="dg",
-        title="DG",
-        sampling="single",
-        epochs=1,
-        loss=lambda b, k: L.dg_loss(b["token_logp"], _adv(b), k["eta"]),
-        summary="Delightful PG: gate sigmoid(A·surprisal/η) on the PG term (1 epoch; diverges with more).",
-        bandit=lambda logits, a, y, adv, k: L.dg_loss(_picked(logits, a)[:, None], adv[:, None], k["eta"]),
-    )
-)
+
+
+@method("tpo_token", "TPO_token", "token", 4)
+def _tpo_token(b, k):
+    """Per-state TPO over K i.i.d. next-token candidates (dense rewards)."""
+    return L.tpo_token_loss(b["logp"], b["logp_old"], b["scores"], k["eta"])
+
+
+method(
+    "grpo_token",
+    "GRPO_token",
+    "token",
+    4,
+    summary="GRPO on single-token log-probs of the per-state candidates (dense rewards).",
+)(_grpo_loss)
+
+
+@method("ppo", "PPO", "single", 4)
+def _ppo(b, k):
+    """Per-token clipped surrogate, A_t = r_t - per-position batch mean, no critic."""
+    return L.ppo_loss(b["token_logp"], b["token_logp_old"], _adv(b), clip_eps=k["clip_eps"])
+
+
+def _bandit_pg(logits, actions, labels, adv, knobs):
+    return L.pg_loss(_picked(logits, actions)[:, None], adv[:, None])
+
+
+@method("pg", "PG", "single", 4, bandit=_bandit_pg)
+def _pg(b, k):
+    """REINFORCE with the per-position batch-mean baseline."""
+    return L.pg_loss(b["token_logp"], _adv(b))
+
+
+def _bandit_dg(logits, actions, labels, adv, knobs):
+    return L.dg_loss(_picked(logits, actions)[:, None], adv[:, None], knobs["eta"])
+
+
+@method("dg", "DG", "single", 1, bandit=_bandit_dg)
+def _dg(b, k):
+    """Delightful PG: gate sigmoid(A·surprisal/η) on the PG term (1 epoch; diverges with more)."""
+    return L.dg_loss(b["token_logp"], _adv(b), k["eta"])
+
+
 register(
     Method(
         name="ce",

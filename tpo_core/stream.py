@@ -107,11 +107,8 @@ class Request:
 
     @property
     def family(self) -> Family:
+        """Its task's family: the unit of ``total``, how it samples (:class:`Family`)."""
         return family(self.task)
-
-    @property
-    def unit(self) -> str:
-        return self.family.unit
 
 
 _compiled: set = set()
@@ -209,7 +206,7 @@ def stream(req: Request, chunk: int | None = None, dataset=None) -> Iterator[dic
         "seconds": 0.0,
         "compiling": cold,
         "task": req.task,
-        "unit": req.unit,
+        "unit": req.family.unit,
         "seeds": req.seeds,
         "metrics": {m: {} for m, _ in req.configs},
         "epochs": {m: getattr(cfg, "n_epochs", 1) for m, cfg in req.configs},

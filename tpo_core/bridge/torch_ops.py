@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Hashable, Sequence
 
 import torch
+from torch import Tensor
 
 from tpo_core import checks
 from tpo_core.constants import STD_FLOOR  # the engine's σ threshold (a module with no imports: no JAX here)
@@ -139,13 +140,8 @@ def _masked_log_softmax(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 
 def tpo_target(
-    logp_old: torch.Tensor,
-    scores: torch.Tensor,
-    eta: float = 1.0,
-    valid: torch.Tensor | None = None,
-    *,
-    std_floor: float = STD_FLOOR,
-) -> torch.Tensor:
+    logp_old: Tensor, scores: Tensor, eta: float = 1.0, valid: Tensor | None = None, *, std_floor: float = STD_FLOOR
+) -> Tensor:
     r"""TPO's target distribution over the group (detached).
 
     .. math:: q = \mathrm{softmax}\big(\log\mathrm{softmax}(\ell_{old}) + u/\eta\big)
@@ -358,12 +354,7 @@ def within_group_spread(x: torch.Tensor, valid: torch.Tensor | None = None) -> t
 
 
 def tpo_diagnostics(
-    logp_old: torch.Tensor,
-    scores: torch.Tensor,
-    eta: float = 1.0,
-    valid: torch.Tensor | None = None,
-    *,
-    std_floor: float = STD_FLOOR,
+    logp_old: Tensor, scores: Tensor, eta: float = 1.0, valid: Tensor | None = None, *, std_floor: float = STD_FLOOR
 ) -> dict[str, float]:
     r"""What to log per batch of groups ``[G, K]`` (means over groups).
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import tomllib
+from importlib import resources
 
 import jax
 
@@ -39,42 +41,19 @@ def budget(quick, full):
     return quick if quick_mode() else full
 
 
-# The quick and full budgets of each experiment chapter's live run ("Run it yourself"), in one place: the chapter
-# picks its own with :func:`live_budget`, and the reproduction appendix prints every chapter's pair with the full
-# budget's expected time. ``work`` names the keys whose product measures a run's cost (compute grows linearly in
-# each of them for these engines), so a measured time scales from one budget to the other.
-LIVE_BUDGETS: dict[str, dict] = {
-    "04": dict(
-        what="MNIST as a bandit, six methods",
-        quick=dict(steps=3000, seeds=2),
-        full=dict(steps=10_000, seeds=20),
-        work=("steps", "seeds"),
-    ),
-    "05": dict(
-        what="dense-reward token tasks, TPO / GRPO (PPO and DG in the full budget)",
-        quick=dict(H=6, B=64, episodes=100, seeds=2),
-        full=dict(H=10, B=100, episodes=1000, seeds=20),
-        work=("H", "B", "episodes", "seeds"),
-    ),
-    "06": dict(
-        what="sparse reversal, four methods (the paper's Table-3 setting in the full budget)",
-        quick=dict(H=5, B=50, episodes=100, seeds=2),
-        full=dict(H=10, B=100, episodes=2000, seeds=20),
-        work=("H", "B", "episodes", "seeds"),
-    ),
-    "07": dict(
-        what="why it works: gradient and step diagnostics (the paper's ablation H = 8 in the full budget)",
-        quick=dict(H=5, B=50, episodes=100, seeds=2),
-        full=dict(H=8, B=100, episodes=2000, seeds=10),
-        work=("H", "B", "episodes", "seeds"),
-    ),
-    "08": dict(
-        what="ablations at the paper's ablation setting (H = 8, B = 256, K = 32 in the full budget)",
-        quick=dict(H=5, B=32, K=8, episodes=60, seeds=2),
-        full=dict(H=8, B=256, K=32, episodes=2000, seeds=5),
-        work=("H", "B", "K", "episodes", "seeds"),
-    ),
-}
+def _live_budgets() -> dict[str, dict]:
+    """live_budgets.toml (package data), each chapter's ``work``: the sizes its budgets set, in their order."""
+    table = tomllib.loads(resources.files(__package__).joinpath("live_budgets.toml").read_text(encoding="utf-8"))
+    for chapter, b in table.items():
+        if b["quick"].keys() != b["full"].keys():
+            raise RuntimeError(f"live_budgets.toml: chapter {chapter}'s quick and full budgets set different sizes")
+        b["work"] = tuple(b["quick"])
+    return table
+
+
+# The quick and full budgets of each experiment chapter's live run ("Run it yourself"), in one place
+# (live_budgets.toml says how the chapters and the reproduction appendix use them).
+LIVE_BUDGETS: dict[str, dict] = _live_budgets()
 
 
 def live_budget(chapter: str) -> dict:

@@ -397,7 +397,7 @@ class LiveTraining:
         scale = req.family.block
         display(
             HTML(
-                f"<p><em>A snapshot: {names}, {hist['done'] * scale} {req.unit}s of the {req.task} task, "
+                f"<p><em>A snapshot: {names}, {hist['done'] * scale} {req.family.unit}s of the {req.task} task, "
                 "trained by the same engine while this page was built. Run this cell in Jupyter or Colab "
                 "for the live widget (its controls, Train and Stop).</em></p>"
             )

@@ -43,7 +43,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -117,6 +117,19 @@ class Budget:
     note: str = ""
 
 
+_CPU = Budget(
+    "smollm2",
+    steps=20,
+    prompts_per_step=1,
+    k=16,
+    max_completion_length=32,
+    n_prompts=64,
+    seeds=(0, 1, 2),
+    learning_rate=1e-5,
+    note="SmolLM2-135M on a CPU, completions of ≤ 32 tokens, one (method, seed) per core; the "
+    "seconds each took are in the committed summary (results/<preset>_cpu/summary.json)",
+)
+
 BUDGETS = {
     "smoke": Budget(
         "tiny",
@@ -130,27 +143,13 @@ BUDGETS = {
         answer_format="raw",
         note="tiny random Llama, word-level tokenizer: seconds; tests only",
     ),
-    "cpu": Budget(
-        "smollm2",
-        steps=20,
-        prompts_per_step=1,
-        k=16,
-        max_completion_length=32,
-        n_prompts=64,
-        seeds=(0, 1, 2),
-        learning_rate=1e-5,
-        note="SmolLM2-135M on a CPU, completions of ≤ 32 tokens, one (method, seed) per core; the "
-        "seconds each took are in the committed summary (results/<preset>_cpu/summary.json)",
-    ),
-    "gpu": Budget(
-        "smollm2",
+    "cpu": _CPU,
+    "gpu": replace(  # the CPU budget with more steps, prompts per step, prompt pool and completion length
+        _CPU,
         steps=60,
         prompts_per_step=4,
-        k=16,
         max_completion_length=128,
         n_prompts=256,
-        seeds=(0, 1, 2),
-        learning_rate=1e-5,
         note="SmolLM2-135M on one GPU (a free Colab T4, fp32, no vLLM), completions of ≤ 128 tokens; "
         "not measured (no GPU run is committed)",
     ),
@@ -283,14 +282,10 @@ def _run_one(method, seed, task, setting, budget, steps, out, model_path, quiet)
     scratch = tempfile.mkdtemp(prefix=f"tpo_llm_{method}_seed{seed}_")  # the Trainer's output_dir (saves nothing)
     args, trainer_cls = trl_args(method, budget, scratch, steps=steps, learning_rate=budget.learning_rate, seed=seed)
     trainer = trainer_cls(
-        model=model,
-        reward_funcs=reward_fn,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[
-            _partial_curves_callback()(out / f"{method}_seed{seed}.partial.npz", f"{method} seed {seed}", quiet)
-        ],
+        model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset, processing_class=tokenizer
+    )
+    trainer.add_callback(
+        _partial_curves_callback()(out / f"{method}_seed{seed}.partial.npz", f"{method} seed {seed}", quiet)
     )
     trainer.remove_callback(PrinterCallback)  # the Trainer's raw log dicts; the line above replaces them
     before = [p.detach().clone() for p in model.parameters()]

@@ -44,25 +44,25 @@ from ..reproduce import experiments
 from .common import OneLineParser, RegistryEntry, cli, report_row
 
 __all__ = [
-    "SCORES",
-    "ETAS",
+    "CLAIM",
     "DEFAULT_SETTINGS",
+    "ETAS",
+    "EXPERIMENTS",
     "QUANTILES",
+    "SCORES",
+    "SpreadExperiment",
     "completion_mask",
-    "token_logps",
-    "sequence_scores",
-    "group_record",
-    "grpo_abs_advantage",
-    "shortcuts",
-    "measure_setting",
-    "run_spread",
-    "summarize",
     "figure",
     "figure_html",
+    "group_record",
+    "grpo_abs_advantage",
     "main",
-    "CLAIM",
-    "EXPERIMENTS",
-    "SpreadExperiment",
+    "measure_setting",
+    "run_spread",
+    "sequence_scores",
+    "shortcuts",
+    "summarize",
+    "token_logps",
 ]
 
 SCORES = ("sum", "mean")
@@ -238,18 +238,10 @@ def _eos_ids(model, tokenizer) -> list[int]:
 def _generation_config(tokenizer, eos_ids, config):
     from transformers import GenerationConfig
 
+    sampling = {key: config[key] for key in ("max_new_tokens", "temperature", "top_p", "top_k")}
+    special = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=eos_ids)
     return GenerationConfig(
-        max_new_tokens=config["max_new_tokens"],
-        do_sample=True,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=eos_ids,
-        temperature=config["temperature"],
-        top_p=config["top_p"],
-        top_k=config["top_k"],
-        min_p=None,
-        repetition_penalty=1.0,
-        disable_compile=True,
+        do_sample=True, min_p=None, repetition_penalty=1.0, disable_compile=True, **sampling, **special
     )
 
 

@@ -39,136 +39,71 @@ def mnist_text(method: str, unit: str = " %") -> str:
 TABLE1_METHODS = ("tpo_token", "grpo_token", "dg", "ppo")
 TABLE3_METHODS = ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")
 
-# Table 1 (§3.4): steps to 1% error, dense bag-of-tokens reverse copy, H=10, K=8, 20 seeds, 1000 episodes.
-TABLE1 = {
-    ("tpo_token", 2): 58,
-    ("tpo_token", 4): 74,
-    ("tpo_token", 8): 103,
-    ("tpo_token", 16): 102,
-    ("grpo_token", 2): 904,
-    ("grpo_token", 4): 141,
-    ("grpo_token", 8): 124,
-    ("grpo_token", 16): 148,
-    ("dg", 2): 199,
-    ("dg", 4): 273,
-    ("dg", 8): 314,
-    ("dg", 16): 393,
-    ("ppo", 2): 872,
-    ("ppo", 4): 181,
-    ("ppo", 8): 191,
-    ("ppo", 16): 259,
-}
+
+def _by_column(rows: dict, columns: tuple) -> dict:
+    """A table written as the paper prints it, a row of values per key, as ``{(*row, column): value}``."""
+    return {
+        (*(row if isinstance(row, tuple) else (row,)), column): value
+        for row, values in rows.items()
+        for column, value in zip(columns, values, strict=True)
+    }
+
+
+# Table 1 (§3.4): steps to 1% error, dense bag-of-tokens reverse copy, H=10, K=8, 20 seeds, 1000 episodes;
+# keys (method, K).
+TABLE1_K = (2, 4, 8, 16)
+TABLE1 = _by_column(
+    {
+        "tpo_token": (58, 74, 103, 102),
+        "grpo_token": (904, 141, 124, 148),
+        "dg": (199, 273, 314, 393),
+        "ppo": (872, 181, 191, 259),
+    },
+    TABLE1_K,
+)
 
 # Table 2 (§3.5): steps to 1%, H=10, V=2, K=8, 10 seeds, 1000 episodes; keys (method, reward, target).
-TABLE2 = {
-    ("tpo_token", "bag", "copy"): 81,
-    ("tpo_token", "bag", "flip"): 56,
-    ("tpo_token", "bag", "reverse_copy"): 55,
-    ("tpo_token", "bag", "reverse_flip"): 59,
-    ("grpo_token", "bag", "copy"): 338,
-    ("grpo_token", "bag", "flip"): 104,
-    ("grpo_token", "bag", "reverse_copy"): 352,
-    ("grpo_token", "bag", "reverse_flip"): 209,
-    ("dg", "bag", "copy"): 219,
-    ("dg", "bag", "flip"): 201,
-    ("dg", "bag", "reverse_copy"): 202,
-    ("dg", "bag", "reverse_flip"): 200,
-    ("ppo", "bag", "copy"): 170,
-    ("ppo", "bag", "flip"): 146,
-    ("ppo", "bag", "reverse_copy"): NEVER,
-    ("ppo", "bag", "reverse_flip"): 143,
-    ("tpo_token", "sequential", "copy"): 295,
-    ("tpo_token", "sequential", "flip"): 321,
-    ("tpo_token", "sequential", "reverse_copy"): 159,
-    ("tpo_token", "sequential", "reverse_flip"): 276,
-    ("grpo_token", "sequential", "copy"): NEVER,
-    ("grpo_token", "sequential", "flip"): NEVER,
-    ("grpo_token", "sequential", "reverse_copy"): NEVER,
-    ("grpo_token", "sequential", "reverse_flip"): NEVER,
-    ("dg", "sequential", "copy"): 439,
-    ("dg", "sequential", "flip"): 349,
-    ("dg", "sequential", "reverse_copy"): 515,
-    ("dg", "sequential", "reverse_flip"): 309,
-    ("ppo", "sequential", "copy"): NEVER,
-    ("ppo", "sequential", "flip"): NEVER,
-    ("ppo", "sequential", "reverse_copy"): NEVER,
-    ("ppo", "sequential", "reverse_flip"): NEVER,
-}
+TABLE2_TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
+TABLE2 = _by_column(
+    {
+        ("tpo_token", "bag"): (81, 56, 55, 59),
+        ("grpo_token", "bag"): (338, 104, 352, 209),
+        ("dg", "bag"): (219, 201, 202, 200),
+        ("ppo", "bag"): (170, 146, NEVER, 143),
+        ("tpo_token", "sequential"): (295, 321, 159, 276),
+        ("grpo_token", "sequential"): (NEVER, NEVER, NEVER, NEVER),
+        ("dg", "sequential"): (439, 349, 515, 309),
+        ("ppo", "sequential"): (NEVER, NEVER, NEVER, NEVER),
+    },
+    TABLE2_TARGETS,
+)
 
 # Table 3 (§3.6): final exact-match error (%), terminal reward, reverse copy, V=2, K=8, B=100, 2000 episodes,
 # 20 seeds; keys (method, H, setting) with P = prompt-matched, I = interaction-matched.
-TABLE3 = {
-    ("tpo", 7, "P"): 6.9,
-    ("tpo", 8, "P"): 8.6,
-    ("tpo", 9, "P"): 6.1,
-    ("tpo", 10, "P"): 7.4,
-    ("tpo", 7, "I"): 1.8,
-    ("tpo", 8, "I"): 2.8,
-    ("tpo", 9, "I"): 5.3,
-    ("tpo", 10, "I"): 19.0,
-    ("grpo", 7, "P"): 14.5,
-    ("grpo", 8, "P"): 27.6,
-    ("grpo", 9, "P"): 30.0,
-    ("grpo", 10, "P"): 50.4,
-    ("grpo", 7, "I"): 9.6,
-    ("grpo", 8, "I"): 23.2,
-    ("grpo", 9, "I"): 36.2,
-    ("grpo", 10, "I"): 48.7,
-    ("grpo_no_kl", 7, "P"): 66.6,
-    ("grpo_no_kl", 8, "P"): 92.5,
-    ("grpo_no_kl", 9, "P"): NEVER,
-    ("grpo_no_kl", 10, "P"): NEVER,
-    ("grpo_no_kl", 7, "I"): 78.1,
-    ("grpo_no_kl", 8, "I"): 83.8,
-    ("grpo_no_kl", 9, "I"): NEVER,
-    ("grpo_no_kl", 10, "I"): NEVER,
-    ("ppo", 7, "P"): 12.0,
-    ("ppo", 8, "P"): 26.3,
-    ("ppo", 9, "P"): 90.6,
-    ("ppo", 10, "P"): NEVER,
-    ("ppo", 7, "I"): 38.6,
-    ("ppo", 8, "I"): 62.1,
-    ("ppo", 9, "I"): 66.2,
-    ("ppo", 10, "I"): NEVER,
-    ("dg", 7, "P"): 33.8,
-    ("dg", 8, "P"): 58.8,
-    ("dg", 9, "P"): NEVER,
-    ("dg", 10, "P"): NEVER,
-    ("dg", 7, "I"): 47.7,
-    ("dg", 8, "I"): 69.4,
-    ("dg", 9, "I"): NEVER,
-    ("dg", 10, "I"): NEVER,
-}
+TABLE3_H = (7, 8, 9, 10)
+TABLE3 = {  # one line per method: prompt-matched, then interaction-matched
+    (method, H, setting): value
+    for (method, setting, H), value in _by_column(
+        {
+            ("tpo", "P"): (6.9, 8.6, 6.1, 7.4), ("tpo", "I"): (1.8, 2.8, 5.3, 19.0),
+            ("grpo", "P"): (14.5, 27.6, 30.0, 50.4), ("grpo", "I"): (9.6, 23.2, 36.2, 48.7),
+            ("grpo_no_kl", "P"): (66.6, 92.5, NEVER, NEVER), ("grpo_no_kl", "I"): (78.1, 83.8, NEVER, NEVER),
+            ("ppo", "P"): (12.0, 26.3, 90.6, NEVER), ("ppo", "I"): (38.6, 62.1, 66.2, NEVER),
+            ("dg", "P"): (33.8, 58.8, NEVER, NEVER), ("dg", "I"): (47.7, 69.4, NEVER, NEVER),
+        },
+        TABLE3_H,
+    ).items()
+}  # fmt: skip
 # The reference repository's own per-seed curves for Table 3 (P, H=10), 20 seeds: seed means at the last
 # episode (its assets/token_reversal_sparse_reward_results.npz).
 REFERENCE_FINAL = {"tpo": 7.36, "grpo": 50.37, "dg": 99.75}
 
 # Ablations (§4.2 K sweep and masking, §4.3 epochs): terminal reward, reverse copy, V=2, H=8, B=256, K=32,
-# 2000 episodes, 4 epochs.
-K_SWEEP = {
-    ("tpo", 4): 8.9,
-    ("tpo", 8): 5.2,
-    ("tpo", 16): 5.1,
-    ("tpo", 32): 2.6,
-    ("tpo", 64): 0.36,
-    ("grpo", 4): 19.4,
-    ("grpo", 8): 19.8,
-    ("grpo", 16): 9.2,
-    ("grpo", 32): 4.4,
-    ("grpo", 64): 5.6,
-}
-EPOCH_SWEEP = {
-    ("tpo", 1): 0.02,
-    ("tpo", 2): ("<", 2.3),
-    ("tpo", 4): 0.05,
-    ("tpo", 8): ("<", 2.3),
-    ("tpo", 16): ("<", 2.3),
-    ("grpo", 1): 4.3,
-    ("grpo", 2): 37.6,
-    ("grpo", 4): 6.3,
-    ("grpo", 8): 3.3,
-    ("grpo", 16): 1.1,
-}
+# 2000 episodes, 4 epochs; keys (method, K) and (method, epochs).
+K_SWEEP = _by_column({"tpo": (8.9, 5.2, 5.1, 2.6, 0.36), "grpo": (19.4, 19.8, 9.2, 4.4, 5.6)}, (4, 8, 16, 32, 64))
+EPOCH_SWEEP = _by_column(
+    {"tpo": (0.02, ("<", 2.3), 0.05, ("<", 2.3), ("<", 2.3)), "grpo": (4.3, 37.6, 6.3, 3.3, 1.1)}, (1, 2, 4, 8, 16)
+)
 MASKED = {"tpo": 0.05, "grpo": 6.3, "grpo_masked": 29.7}
 # Anchor ablation (§3.7): K=8, B=100, H=7, 8, 10.
 ANCHOR = {
@@ -179,18 +114,9 @@ ANCHOR = {
     ("group_pg", 10): (">", 99.0),
 }
 # η sweep (App. D): reverse copy, V=2, H=10, K=8, 10 seeds; keys (metric, η).
-ETA_SWEEP = {
-    ("final_error", 0.25): 1.0,
-    ("final_error", 0.5): 0.0,
-    ("final_error", 1.0): 0.7,
-    ("final_error", 2.0): 1.0,
-    ("final_error", 4.0): 0.8,
-    ("steps_to_1pct", 0.25): 72,
-    ("steps_to_1pct", 0.5): 67,
-    ("steps_to_1pct", 1.0): 96,
-    ("steps_to_1pct", 2.0): 141,
-    ("steps_to_1pct", 4.0): 260,
-}
+ETA_SWEEP = _by_column(
+    {"final_error": (1.0, 0.0, 0.7, 1.0, 0.8), "steps_to_1pct": (72, 67, 96, 141, 260)}, (0.25, 0.5, 1.0, 2.0, 4.0)
+)
 # 4-epoch DG vs 1 epoch on a terminal-reward reverse-copy run (App. E).
 DG_EPOCHS = {1: 2.0, 4: 48.3}
 # Seeds behind the ablations (§3.7, §4, App. D): the K sweep, epoch sweep and masking use 30 seeds.

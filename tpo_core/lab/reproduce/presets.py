@@ -54,15 +54,13 @@ class Run:
         return family(self.cfg)
 
     @property
-    def kind(self) -> str:
-        return self.family.kind
-
-    @property
     def label(self) -> dict:
+        """What varies across the preset, as a dict (``labels`` is the hashable form)."""
         return dict(self.labels)
 
     @property
     def method(self) -> str:
+        """The method its config trains (a key of :data:`tpo_core.methods.REGISTRY`)."""
         return self.cfg.method
 
     @property
@@ -72,7 +70,7 @@ class Run:
 
     def _blob(self, **extra) -> str:
         return json.dumps(
-            dict(kind=self.kind, config=dataclasses.asdict(self.cfg), **extra), sort_keys=True, default=str
+            dict(kind=self.family.kind, config=dataclasses.asdict(self.cfg), **extra), sort_keys=True, default=str
         )
 
     def config_hash(self) -> str:

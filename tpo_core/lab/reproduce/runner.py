@@ -219,7 +219,7 @@ def _jobs(runs: list[Run], have: dict) -> list[tuple[list[Run], tuple]]:
     groups: dict = {}
     for r in runs:
         if not r.seed_batch and r.key not in have:
-            groups.setdefault((r.cfg.static, r.length, r.seeds, r.kind), []).append(r)
+            groups.setdefault((r.cfg.static, r.length, r.seeds, r.family.kind), []).append(r)
     jobs += [(g, g[0].seeds) for g in groups.values()]
     return jobs
 
