@@ -72,7 +72,7 @@ def bench_server(args, result: dict):
     from gradio_client import Client
 
     from demos.server_process import running_server
-    from demos.training import DEFAULTS
+    from demos.training import DEFAULTS, train_args
 
     with running_server(warm=True) as server:
         t0 = time.perf_counter()
@@ -125,21 +125,8 @@ def bench_server(args, result: dict):
         etas = [d["eta"], 0.5, 2.0, 0.25]
         for r in range(args.train_repeats):
             eta, seed = etas[r % len(etas)], d["seed"] + r
-            train_args = (
-                d["task"],
-                d["methods"],
-                d["reward"],
-                d["H"],
-                d["B"],
-                d["K"],
-                eta,
-                d["episodes"],
-                d["n_seeds"],
-                seed,
-                d["bandit_steps"],
-            )
             t0 = time.perf_counter()
-            job = client.submit(*train_args, api_name="/train")
+            job = client.submit(*train_args(eta=eta, seed=seed), api_name="/train")
             first_status = first_data = None
             data_times = []
             for out in job:

@@ -56,6 +56,17 @@ from .inputs import InputError, validate  # noqa: F401  (the engine's validate, 
 # token-task values apply when the reader switches task. tests/test_demo_callbacks.py checks what EXPLAIN says
 # about the default run against a real default run.
 DEFAULTS = dict(task=MNIST_BANDIT, methods=["tpo", "grpo"], **control_defaults())
+# The Train button's inputs in the order the callback (app.train_stream) and validate take them.
+TRAIN_INPUTS = ("task", "methods", "reward", "H", "B", "K", "eta", "episodes", "n_seeds", "seed", "bandit_steps")
+
+
+def train_args(**overrides) -> tuple:
+    """The Train button's inputs at the defaults, with ``overrides`` (e.g. ``eta=0.5``), in TRAIN_INPUTS order."""
+    unknown = overrides.keys() - set(TRAIN_INPUTS)
+    if unknown:
+        raise ValueError(f"train_args got unknown inputs {sorted(unknown)}; choose from {', '.join(TRAIN_INPUTS)}")
+    return tuple({**DEFAULTS, **overrides}[name] for name in TRAIN_INPUTS)
+
 
 EXPLAIN = {
     MNIST_BANDIT: (

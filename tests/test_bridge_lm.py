@@ -17,6 +17,7 @@ import jax.numpy as jnp  # noqa: E402
 from tpo_core import losses as L  # noqa: E402
 from tpo_core.bridge import torch_ops as T  # noqa: E402
 from tpo_core.bridge import verl as V  # noqa: E402
+from tpo_core.lab.llm.common import tiny_llama  # noqa: E402
 
 G, K, PROMPT, COMPLETION = 3, 4, 3, 5
 ETA = 0.8
@@ -24,20 +25,7 @@ ETA = 0.8
 
 @pytest.fixture(scope="module")
 def lm():
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    model = transformers.LlamaForCausalLM(cfg).double().eval()
+    model = tiny_llama(0, max_position_embeddings=32).double().eval()
     prompts = torch.randint(3, 64, (G, PROMPT))
     with torch.no_grad():  # K samples per prompt, frozen
         seqs = model.generate(

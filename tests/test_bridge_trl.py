@@ -18,6 +18,7 @@ pytest.importorskip("trl", reason="TRL tests need trl: pip install 'tpo_core[trl
 import jax.numpy as jnp  # noqa: E402
 
 from tpo_core import losses as L  # noqa: E402
+from tpo_core.lab.llm.common import SPECIAL_TOKENS, tiny_llama, word_tokenizer  # noqa: E402
 
 K, GROUPS, D, ETA = 4, 3, 5, 0.7  # 12 rows over 2 ranks of 6: the middle group spans both ranks
 
@@ -105,48 +106,17 @@ WORDS = [f"w{i}" for i in range(60)]  # + 4 special tokens = the model's 64-toke
 GOOD = {f"w{i}" for i in range(20)}
 
 
-def _tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"[PAD]": 0, "[BOS]": 1, "[EOS]": 2, "[UNK]": 3, **{w: i + 4 for i, w in enumerate(WORDS)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="[PAD]",
-        bos_token="[BOS]",
-        eos_token="[EOS]",
-        unk_token="[UNK]",
-        padding_side="left",
-    )
-
-
 def _count_good(completions, **_):
     return [float(sum(word in GOOD for word in c.split())) for c in completions]
 
 
 def _make_trainer(tmp_path, **overrides):
-    import transformers
     from datasets import Dataset
 
     from tpo_core.bridge.trl import TargetPOConfig, TargetPOTrainer
 
-    torch.manual_seed(0)
-    tokenizer = _tokenizer()
-    cfg = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    model = transformers.LlamaForCausalLM(cfg)
+    tokenizer = word_tokenizer([*SPECIAL_TOKENS, *WORDS])
+    model = tiny_llama(0, max_position_embeddings=64)
     rng = np.random.default_rng(0)
     prompts = [" ".join(rng.choice(WORDS, 3)) for _ in range(8)]
     settings = dict(
@@ -329,7 +299,6 @@ TRAINER_WORKER = textwrap.dedent("""
 
 def test_two_process_trainer_exact_mode_update_is_the_full_group_gradient(tmp_path):
     """torchrun, 2 CPU processes (gloo), one group of 4 split 2 + 2: one SGD step equals -lr ∇ of the group loss."""
-    import transformers
 
     script = tmp_path / "trainer_worker.py"
     script.write_text(TRAINER_WORKER)
@@ -353,19 +322,7 @@ def test_two_process_trainer_exact_mode_update_is_the_full_group_gradient(tmp_pa
     assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
     rows = [torch.load(tmp_path / f"rows{r}.pt") for r in (0, 1)]
     assert [r["tpo_group_id"].tolist() for r in rows] == [[0, 0], [0, 0]]  # one group across the processes
-    cfg = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    model = transformers.LlamaForCausalLM(cfg)
+    model = tiny_llama(None, max_position_embeddings=64)
     model.load_state_dict(torch.load(tmp_path / "init.pt"))
     seqs = []
     for r in rows:  # independent token-sum log-probs

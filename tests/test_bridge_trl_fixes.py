@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch", reason="the bridge needs PyTorch: pip insta
 pytest.importorskip("trl", reason="TRL tests need trl: pip install 'tpo_core[trl]'")
 
 from tests.test_bridge_trl import _count_good, _make_trainer  # noqa: E402
+from tpo_core.lab.llm.common import tiny_llama  # noqa: E402
 
 
 def _np_tpo(ell_old, ell, scores, eta):
@@ -178,26 +179,11 @@ def test_group_maths_in_float64_keeps_the_gradient_direction_at_tiny_tv(tmp_path
 def test_kl_term_equals_grpo_trainers_own_on_the_same_inputs(tmp_path, monkeypatch):
     """β > 0: the KL added to TPO's loss is GRPOTrainer's (k3, bias-corrected, ``dapo`` aggregation), computed by
     GRPOTrainer itself on the same batch with zero advantages (its policy term is then exactly zero)."""
-    import transformers
     import trl.trainer.grpo_trainer as grpo_module
     from trl import GRPOConfig, GRPOTrainer
 
     def reference_model(*args, **kwargs):  # the in-memory test model has no path to reload
-        torch.manual_seed(0)
-        return transformers.LlamaForCausalLM(
-            transformers.LlamaConfig(
-                vocab_size=64,
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                max_position_embeddings=64,
-                pad_token_id=0,
-                bos_token_id=1,
-                eos_token_id=2,
-            )
-        )
+        return tiny_llama(0, max_position_embeddings=64)
 
     monkeypatch.setattr(grpo_module, "create_model_from_path", reference_model)
 

@@ -352,19 +352,7 @@ def test_default_run_shows_what_the_page_says(shared_mnist):
     times larger than TPO's; the two methods' steps ‖Δθ‖ stay of similar size."""
     d = T.DEFAULTS
     assert d["task"] == "MNIST bandit" and d["methods"] == ["tpo", "grpo"]
-    *_, last = app.train_stream(
-        d["task"],
-        d["methods"],
-        d["reward"],
-        d["H"],
-        d["B"],
-        d["K"],
-        d["eta"],
-        d["episodes"],
-        d["n_seeds"],
-        d["seed"],
-        d["bandit_steps"],
-    )
+    *_, last = app.train_stream(*T.train_args())
     status, err_fig, grad_fig, *_, hist, _ = last
     assert "done" in status
     m = hist["metrics"]
@@ -490,3 +478,16 @@ def test_the_latest_run_table_keeps_only_the_newest_sessions(monkeypatch):
         run(name)
     assert list(app.STOPS.latest) == ["s1", "s3"]  # s2 was the oldest when s3 came
     assert app.STOPS.latest["s1"] < app.STOPS.latest["s3"]  # run ids grow
+
+
+def test_train_inputs_are_the_train_callbacks_parameters_in_order():
+    """TRAIN_INPUTS (what train_args orders the defaults by) names app.train_stream's parameters, in order."""
+    import inspect
+
+    params = [p for p in inspect.signature(app.train_stream).parameters if p != "request"]
+    assert list(T.TRAIN_INPUTS) == params
+    assert list(inspect.signature(T.validate).parameters) == params
+    args = T.train_args(eta=0.5)
+    assert args[params.index("eta")] == 0.5 and args[params.index("task")] == T.DEFAULTS["task"]
+    with pytest.raises(ValueError, match="etaa"):
+        T.train_args(etaa=0.5)

@@ -35,6 +35,7 @@ __all__ = [
     "cli",
     "SPECIAL_TOKENS",
     "word_tokenizer",
+    "tiny_llama",
     "report_row",
 ]
 
@@ -125,6 +126,30 @@ def word_tokenizer(vocab, *, join_words: bool = False):
         unk_token="[UNK]",
         padding_side="left",
     )
+
+
+def tiny_llama(seed: int | None = 0, *, max_position_embeddings: int = 512):
+    """The bridge's smoke model: a random 2-layer ``LlamaForCausalLM`` (d = 32, 4 heads, 2 key-value heads,
+    vocabulary 64 with pad, bos, eos at the ids of :data:`SPECIAL_TOKENS`), initialised after
+    ``torch.manual_seed(seed)`` (``None``: from the RNG's current state)."""
+    import torch
+    import transformers
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return transformers.LlamaForCausalLM(config)
 
 
 def report_row(key: str, metric: str, ours: float, se, seeds: list, length: int) -> dict:

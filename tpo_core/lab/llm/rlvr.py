@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import atomic_io
-from .common import SPECIAL_TOKENS, TrlExperiment, cli, report_row, trl_args, word_tokenizer
+from .common import SPECIAL_TOKENS, TrlExperiment, cli, report_row, tiny_llama, trl_args, word_tokenizer
 
 __all__ = [
     "Budget",
@@ -176,25 +176,10 @@ def _tiny_prompt(question: str) -> str:
 
 
 def tiny_model_and_tokenizer(seed: int = 0):
-    """A 2-layer Llama (d = 32, vocabulary 64) and a word-level tokenizer: the bridge tests' smoke model."""
-    import torch
-    import transformers
-
+    """A 2-layer Llama (d = 32, vocabulary 64; :func:`common.tiny_llama`) and a word-level tokenizer: the bridge
+    tests' smoke model."""
     tokenizer = word_tokenizer([*SPECIAL_TOKENS, *_TINY_WORDS])
-    torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    return transformers.LlamaForCausalLM(cfg), tokenizer
+    return tiny_llama(seed), tokenizer
 
 
 class _Recorder:
