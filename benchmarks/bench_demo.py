@@ -73,6 +73,7 @@ def bench_server(args, result: dict):
 
     from demos.server_process import running_server
     from demos.training import DEFAULTS, train_args
+    from tpo_core.stream import family
 
     with running_server(warm=True) as server:
         t0 = time.perf_counter()
@@ -111,12 +112,13 @@ def bench_server(args, result: dict):
         print(f"explorer through the server, idle server: {_text(latency(ms))}")
 
         d = DEFAULTS
+        fam = family(d["task"])
         size = (
-            f"MNIST bandit, {d['bandit_steps']} steps"
-            if d["task"] == "MNIST bandit"
-            else f"token task, H={d['H']}, B={d['B']}, K={d['K']}, {d['episodes']} episodes"
+            f"{fam.name}, H={d['H']}, B={d['B']}, K={d['K']}, {d['episodes']} episodes"
+            if fam.is_token
+            else f"{fam.name}, {d['bandit_steps']} steps"
         )
-        unit = "step" if d["task"] == "MNIST bandit" else "episode"
+        unit = fam.unit
         result["training"] = {"run": f"{', '.join(d['methods'])}, {size}", "unit": unit, "runs": []}
         print(
             f"default training run: {', '.join(d['methods'])}, {size}; run 1 at the default η, later runs at a "

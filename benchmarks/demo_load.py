@@ -60,9 +60,11 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import numpy as np  # noqa: E402
 
+from tpo_core.constants import TOKEN_REVERSAL  # noqa: E402
+
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "demo_load.json"
 
-TASK, METHODS, REWARD, H, B, K = "token reversal", ["tpo"], "terminal", 3, 8, 4
+TASK, METHODS, REWARD, H, B, K = TOKEN_REVERSAL, ["tpo"], "terminal", 3, 8, 4
 HTTP_TIMEOUT = 600.0  # seconds per HTTP request of a client: a CPU-starved server can answer late
 LONG_EPISODES = 2000  # the runs that hold the trainers busy in the queue check (cancelled early)
 
